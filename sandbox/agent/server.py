@@ -1,0 +1,144 @@
+"""The agent's unix-socket server: reads frames, enforces limits and deadlines, dispatches ops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sandbox.agent.errors import AgentError, bad_request, require
+from sandbox.protocol import ErrorCode, FrameError, encode_frame, read_frame
+
+Handler = Callable[[dict[str, Any], bytes], Awaitable[tuple[dict[str, Any], bytes]]]
+
+DEFAULT_DEADLINE = 60.0
+MAX_DEADLINE = 3600.0
+TUNNEL_OP = "tunnel"
+
+
+class AgentServer:
+    def __init__(
+        self,
+        ops: dict[str, Handler],
+        *,
+        tunnel_ports: frozenset[int],
+        max_request_bytes: int,
+        logger: logging.Logger,
+    ) -> None:
+        self._ops = ops
+        self._tunnel_ports = tunnel_ports
+        self._max_request_bytes = max_request_bytes
+        self._log = logger
+        self._server: asyncio.AbstractServer | None = None
+
+    async def serve(self, socket_path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)
+        self._server = await asyncio.start_unix_server(self._handle_connection, path=socket_path, limit=1 << 20)
+        # The control plane may run as another user than the sandbox user.
+        os.chmod(socket_path, 0o666)
+        self._log.info("agent listening on %s", socket_path)
+        async with self._server:
+            await self._server.serve_forever()
+
+    async def _handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    header, blob = await read_frame(reader, max_blob=self._max_request_bytes)
+                except asyncio.IncompleteReadError:
+                    return
+                except FrameError as e:
+                    writer.write(_error_frame(ErrorCode.TOO_LARGE, str(e)))
+                    await writer.drain()
+                    if e.recoverable:
+                        continue
+                    return  # the stream position is lost: hang up
+                if header.get("op") == TUNNEL_OP:
+                    await self._tunnel(header.get("args") or {}, reader, writer)
+                    return
+                writer.write(await self._dispatch(header, blob))
+                await writer.drain()
+        except (ConnectionError, BrokenPipeError):
+            return
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _dispatch(self, header: dict[str, Any], blob: bytes) -> bytes:
+        op = header.get("op")
+        started = time.monotonic()
+        try:
+            handler = self._ops.get(op) if isinstance(op, str) else None
+            if handler is None:
+                raise bad_request(f"unknown op {op!r}; known: {', '.join(sorted(self._ops))}")
+            args = header.get("args") or {}
+            if not isinstance(args, dict):
+                raise bad_request("args must be an object")
+            deadline = _deadline(header)
+            try:
+                result, out_blob = await asyncio.wait_for(handler(args, blob), timeout=deadline)
+            except asyncio.TimeoutError as e:
+                raise AgentError(ErrorCode.TIMEOUT, f"{op} did not finish within its {deadline:g} s deadline") from e
+            result.setdefault("agent_ms", round((time.monotonic() - started) * 1000, 3))
+            return encode_frame({"ok": True, "result": result}, out_blob)
+        except AgentError as e:
+            return _error_frame(e.code, e.message)
+        except FrameError as e:
+            return _error_frame(ErrorCode.TOO_LARGE, str(e))
+        except Exception as e:  # a bug in a handler must not kill the connection loop
+            self._log.exception("op %s failed", op)
+            return _error_frame(ErrorCode.INTERNAL, f"{type(e).__name__}: {e}")
+
+    async def _tunnel(self, args: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            port = require(args, "port", int)
+            if port not in self._tunnel_ports:
+                raise AgentError(ErrorCode.PERMISSION_DENIED, f"port {port} is not open for tunnels")
+            try:
+                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+            except (OSError, asyncio.TimeoutError) as e:
+                raise AgentError(ErrorCode.UNAVAILABLE, f"nothing answers on port {port} in the sandbox: {e}") from e
+        except AgentError as e:
+            writer.write(_error_frame(e.code, e.message))
+            await writer.drain()
+            return
+        writer.write(encode_frame({"ok": True, "result": {"port": port}}))
+        await writer.drain()
+        await _pipe_both(reader, writer, up_reader, up_writer)
+
+
+def _deadline(header: dict[str, Any]) -> float:
+    value = header.get("deadline", DEFAULT_DEADLINE)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise bad_request("deadline must be a positive number of seconds")
+    return min(float(value), MAX_DEADLINE)
+
+
+def _error_frame(code: str, message: str) -> bytes:
+    return encode_frame({"ok": False, "error": {"code": code, "message": message}})
+
+
+async def _pipe_both(
+    a_reader: asyncio.StreamReader,
+    a_writer: asyncio.StreamWriter,
+    b_reader: asyncio.StreamReader,
+    b_writer: asyncio.StreamWriter,
+) -> None:
+    async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while chunk := await src.read(1 << 16):
+                dst.write(chunk)
+                await dst.drain()
+        except (ConnectionError, BrokenPipeError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                dst.close()
+
+    await asyncio.gather(pump(a_reader, b_writer), pump(b_reader, a_writer))

@@ -1,0 +1,355 @@
+"""Shell commands inside the sandbox: one-shot exec and persistent sessions.
+
+A one-shot command runs in its own process group so a timeout kills everything it
+started. A session is one long-lived bash; each command is ``source``d from a file so
+``cd`` and ``export`` persist and a syntax error cannot wedge the shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.agent.errors import AgentError, bad_request, require
+from sandbox.protocol import ErrorCode
+
+DEFAULT_TIMEOUT = 60.0
+MAX_TIMEOUT = 3600.0
+DEFAULT_MAX_OUTPUT = 32 * 1024 * 1024
+# After the command exits, background children may still hold its pipes open
+# (e.g. `server &`); stop reading after this grace instead of waiting for them.
+PIPE_GRACE_SECONDS = 0.2
+MAX_SESSIONS = 64
+
+
+@dataclass
+class _Output:
+    limit: int
+    chunks: list[bytes] = field(default_factory=list)
+    size: int = 0
+    truncated: bool = False
+
+    def add(self, chunk: bytes) -> None:
+        room = self.limit - self.size
+        if room <= 0:
+            self.truncated = True
+            return
+        if len(chunk) > room:
+            chunk = chunk[:room]
+            self.truncated = True
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+@dataclass
+class _ExecRequest:
+    command: str | list[str]
+    timeout: float
+    cwd: str | None
+    env: dict[str, str]
+    max_output: int
+    session: str | None
+    keep_background: bool
+
+
+def _parse(args: dict[str, Any]) -> _ExecRequest:
+    command = require(args, "cmd", (str, list))
+    if isinstance(command, list) and not (command and all(isinstance(c, str) for c in command)):
+        raise bad_request("cmd as a list must be a non-empty list of strings")
+    if isinstance(command, str) and not command.strip():
+        raise bad_request("cmd must not be empty")
+    timeout = float(require(args, "timeout", (int, float), DEFAULT_TIMEOUT))  # type: ignore[arg-type]
+    if not 0 < timeout <= MAX_TIMEOUT:
+        raise bad_request(f"timeout must be in (0, {MAX_TIMEOUT:g}] seconds")
+    env = require(args, "env", dict, {})
+    assert isinstance(env, dict)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise bad_request("env must map strings to strings")
+    max_output = int(require(args, "max_output", int, DEFAULT_MAX_OUTPUT))  # type: ignore[call-overload]
+    if max_output <= 0:
+        raise bad_request("max_output must be positive")
+    cwd = require(args, "cwd", str, None)
+    session = require(args, "session", str, None)
+    keep_background = bool(require(args, "keep_background", bool, False))
+    return _ExecRequest(command, timeout, cwd, env, max_output, session, keep_background)  # type: ignore[arg-type]
+
+
+def _result(
+    exit_code: int | None, timed_out: bool, out: _Output, err: _Output, started: float, **extra: Any
+) -> tuple[dict[str, Any], bytes]:
+    result = {
+        "exit_code": exit_code,
+        "timed_out": timed_out,
+        "stdout_bytes": out.size,
+        "stderr_bytes": err.size,
+        "stdout_truncated": out.truncated,
+        "stderr_truncated": err.truncated,
+        "duration_ms": round((time.monotonic() - started) * 1000, 3),
+        **extra,
+    }
+    return result, out.data() + err.data()
+
+
+def _exit_code(returncode: int | None) -> int | None:
+    if returncode is None:
+        return None
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def _kill_group_fully(pgid: int, within: float = 3.0) -> None:
+    """SIGKILL a process group until it is empty: a fork bomb forks between two signals."""
+    give_up = time.monotonic() + within
+    while time.monotonic() < give_up:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        await asyncio.sleep(0.02)
+
+
+async def _drain(stream: asyncio.StreamReader | None, sink: _Output) -> None:
+    if stream is None:
+        return
+    while chunk := await stream.read(1 << 16):
+        sink.add(chunk)
+
+
+class Shell:
+    def __init__(self, *, default_cwd: str, logger: logging.Logger) -> None:
+        self._default_cwd = default_cwd
+        self._log = logger
+        self._sessions: dict[str, _Session] = {}
+
+    async def exec(self, args: dict[str, Any], stdin: bytes) -> tuple[dict[str, Any], bytes]:
+        req = _parse(args)
+        if req.session is not None:
+            return await self._session(req.session).run(req)
+        return await self._run_once(req, stdin)
+
+    async def close_session(self, args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
+        name = require(args, "session", str)
+        session = self._sessions.pop(name, None)  # type: ignore[arg-type]
+        if session is None:
+            raise AgentError(ErrorCode.NOT_FOUND, f"no shell session named {name!r}")
+        await session.close()
+        return {"closed": name}, b""
+
+    async def list_sessions(self, _args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
+        return {"sessions": sorted(name for name, s in self._sessions.items() if s.alive)}, b""
+
+    async def check(self) -> dict[str, Any]:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "true", stdin=asyncio.subprocess.DEVNULL, cwd=self._default_cwd
+            )
+            code = await asyncio.wait_for(proc.wait(), 5)
+        except (OSError, asyncio.TimeoutError) as e:
+            return {"ok": False, "detail": f"cannot start a process: {e}"}
+        return {"ok": code == 0, "detail": "spawns processes" if code == 0 else f"`true` exited {code}"}
+
+    async def close(self) -> None:
+        for session in list(self._sessions.values()):
+            await session.close()
+        self._sessions.clear()
+
+    def _session(self, name: str) -> _Session:
+        session = self._sessions.get(name)
+        if session is not None and session.alive:
+            return session
+        if len(self._sessions) >= MAX_SESSIONS:
+            self._sessions = {n: s for n, s in self._sessions.items() if s.alive}
+            if len(self._sessions) >= MAX_SESSIONS:
+                raise AgentError(ErrorCode.TOO_LARGE, f"at most {MAX_SESSIONS} shell sessions; close one first")
+        session = _Session(name, cwd=self._default_cwd, logger=self._log)
+        self._sessions[name] = session
+        return session
+
+    async def _run_once(self, req: _ExecRequest, stdin: bytes) -> tuple[dict[str, Any], bytes]:
+        started = time.monotonic()
+        argv = ["bash", "-c", req.command] if isinstance(req.command, str) else req.command
+        env = {**os.environ, **req.env}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=req.cwd or self._default_cwd,
+                env=env,
+                start_new_session=True,
+                limit=1 << 20,
+            )
+        except FileNotFoundError as e:
+            raise AgentError(ErrorCode.NOT_FOUND, f"cannot run {argv[0]!r} (or cwd missing): {e}") from e
+        except OSError as e:
+            raise AgentError(ErrorCode.BAD_REQUEST, f"cannot start {argv[0]!r}: {e}") from e
+        out, err = _Output(req.max_output), _Output(req.max_output)
+        readers = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
+        timed_out = False
+        try:
+            if stdin and proc.stdin is not None:
+                proc.stdin.write(stdin)
+                with contextlib.suppress(ConnectionError):
+                    await proc.stdin.drain()
+                proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), req.timeout)
+            except asyncio.TimeoutError:
+                timed_out = True
+            if timed_out or not req.keep_background:
+                # What the command left running in its group dies with it, unless asked otherwise.
+                await _kill_group_fully(proc.pid)
+            await proc.wait()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(readers), PIPE_GRACE_SECONDS)
+        finally:
+            if proc.returncode is None:  # cancelled by the request's deadline
+                _kill_group(proc.pid)
+            readers.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await readers
+        return _result(_exit_code(proc.returncode), timed_out, out, err, started)
+
+
+class _Session:
+    """One persistent bash; commands are run one at a time in it."""
+
+    def __init__(self, name: str, *, cwd: str, logger: logging.Logger) -> None:
+        self.name = name
+        self._cwd = cwd
+        self._log = logger
+        self._proc: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+        self._dir = tempfile.mkdtemp(prefix="sbx-session-")
+        self._closed = False
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and (self._proc is None or self._proc.returncode is None)
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        if self._proc is None or self._proc.returncode is not None:
+            self._proc = await asyncio.create_subprocess_exec(
+                "bash", "--noprofile", "--norc",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                cwd=self._cwd,
+                start_new_session=True,
+            )  # fmt: skip
+        return self._proc
+
+    async def run(self, req: _ExecRequest) -> tuple[dict[str, Any], bytes]:
+        if isinstance(req.command, list):
+            raise bad_request("a session runs shell text: give cmd as a string")
+        async with self._lock:
+            started = time.monotonic()
+            proc = await self._start()
+            assert proc.stdin is not None and proc.stdout is not None
+            marker = f"__sbx_done_{secrets.token_hex(8)}__"
+            script, out_path, err_path = (os.path.join(self._dir, n) for n in ("cmd.sh", "out", "err"))
+            with open(script, "w", encoding="utf-8") as f:
+                f.write(req.command + "\n")
+            prelude = "".join(f"export {k}={_quote(v)}\n" for k, v in req.env.items())
+            if req.cwd:
+                prelude += f"cd {_quote(req.cwd)} || true\n"
+            line = f"{prelude}source {_quote(script)} </dev/null >{_quote(out_path)} 2>{_quote(err_path)}\n"
+            line += f"printf '\\n%s %d\\n' {marker} $?\n"
+            proc.stdin.write(line.encode())
+            await proc.stdin.drain()
+            timed_out, exit_code, restarted = False, None, False
+            try:
+                exit_code = await asyncio.wait_for(self._await_marker(proc, marker), req.timeout)
+            except asyncio.TimeoutError:
+                timed_out = True
+                exit_code, restarted = await self._interrupt(proc, marker)
+            except _SessionEnded:
+                restarted = True
+                self._proc = None
+            out, err = _Output(req.max_output), _Output(req.max_output)
+            await asyncio.to_thread(_read_capped, out_path, out)
+            await asyncio.to_thread(_read_capped, err_path, err)
+            return _result(exit_code, timed_out, out, err, started, session=self.name, session_restarted=restarted)
+
+    async def _await_marker(self, proc: asyncio.subprocess.Process, marker: str) -> int:
+        assert proc.stdout is not None
+        while True:
+            raw = await proc.stdout.readline()
+            if not raw:
+                raise _SessionEnded
+            text = raw.decode(errors="replace").strip()
+            if text.startswith(marker):
+                return int(text.split()[-1])
+
+    async def _interrupt(self, proc: asyncio.subprocess.Process, marker: str) -> tuple[int | None, bool]:
+        """Kill what the timed-out command started; restart the shell if that is not enough."""
+        for pid in _descendants(proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            return await asyncio.wait_for(self._await_marker(proc, marker), 1.0), False
+        except (asyncio.TimeoutError, _SessionEnded):
+            _kill_group(proc.pid)
+            await proc.wait()
+            self._proc = None
+            return None, True
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._proc is not None and self._proc.returncode is None:
+            _kill_group(self._proc.pid)
+            await self._proc.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class _SessionEnded(Exception):
+    """The session's shell exited (e.g. the command ran `exit`)."""
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def _read_capped(path: str, sink: _Output) -> None:
+    try:
+        with open(path, "rb") as f:
+            sink.add(f.read(sink.limit + 1))
+    except FileNotFoundError:
+        return
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found

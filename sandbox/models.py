@@ -1,0 +1,289 @@
+"""The platform's data models. The wire schema is the model: REST bodies, gRPC messages and
+SDK arguments are all validated by these classes."""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SandboxKind(str, enum.Enum):
+    TERMINAL = "terminal"
+    DESKTOP = "desktop"
+    BROWSER = "browser"
+    ANDROID = "android"
+
+    @property
+    def has_display(self) -> bool:
+        return self is not SandboxKind.TERMINAL
+
+
+class NetworkPolicy(str, enum.Enum):
+    NONE = "none"
+    """No interface but loopback (the default)."""
+    INTERNAL = "internal"
+    """A private network shared by the platform's sandboxes, with no route outside."""
+    EGRESS = "egress"
+    """Outbound access through the engine's default bridge. Opt-in only."""
+
+
+class Resources(Model):
+    cpus: float = Field(1.0, gt=0, le=64, description="CPU cores the sandbox may use.")
+    memory_mb: int = Field(2048, ge=64, le=262_144, description="Memory limit, swap included.")
+    pids: int = Field(512, ge=16, le=65_536, description="Process and thread limit (stops fork bombs).")
+    shm_mb: int = Field(256, ge=16, le=16_384, description="Size of /dev/shm (Chromium needs room here).")
+
+
+class ScreenSize(Model):
+    width: int = Field(1280, ge=320, le=7680)
+    height: int = Field(800, ge=200, le=4320)
+    depth: Literal[24] = 24
+
+
+class VolumeMount(Model):
+    name: str = Field(description="Name of a platform volume; created on first use.")
+    path: str = Field(description="Absolute path inside the sandbox.")
+    read_only: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("volume name must be 1-63 of [a-zA-Z0-9_.-], starting alphanumeric")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _valid_path(cls, v: str) -> str:
+        if not v.startswith("/") or ".." in v.split("/") or v.rstrip("/") in ("", "/run/sandbox", "/proc", "/sys"):
+            raise ValueError("path must be absolute, without '..', and not a system directory")
+        return v
+
+
+class SandboxSpec(Model):
+    kind: SandboxKind
+    image: str | None = Field(None, description="Image to run; the kind's built image when omitted.")
+    resources: Resources = Resources()
+    screen: ScreenSize = ScreenSize()
+    network: NetworkPolicy = NetworkPolicy.NONE
+    volumes: tuple[VolumeMount, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels, kept with the sandbox.")
+
+    @field_validator("env", "labels")
+    @classmethod
+    def _bounded(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > 64:
+            raise ValueError("at most 64 entries")
+        return v
+
+
+class SandboxState(str, enum.Enum):
+    CREATING = "creating"
+    RUNNING = "running"
+    UNHEALTHY = "unhealthy"
+    STOPPED = "stopped"
+    DELETED = "deleted"
+
+
+# --------------------------------------------------------------------------- actions
+
+
+class _Action(Model):
+    pass
+
+
+Button = Literal["left", "middle", "right"]
+Coord = Annotated[int, Field(ge=0, le=16_384)]
+
+
+class Move(_Action):
+    type: Literal["move"] = "move"
+    x: Coord
+    y: Coord
+
+
+class Click(_Action):
+    type: Literal["click"] = "click"
+    x: Coord | None = None
+    y: Coord | None = None
+    button: Button = "left"
+    count: int = Field(1, ge=1, le=3)
+
+
+class DoubleClick(_Action):
+    type: Literal["double_click"] = "double_click"
+    x: Coord | None = None
+    y: Coord | None = None
+
+
+class RightClick(_Action):
+    type: Literal["right_click"] = "right_click"
+    x: Coord | None = None
+    y: Coord | None = None
+
+
+class Drag(_Action):
+    type: Literal["drag"] = "drag"
+    x: Coord
+    y: Coord
+    to_x: Coord
+    to_y: Coord
+    button: Button = "left"
+
+
+class Scroll(_Action):
+    type: Literal["scroll"] = "scroll"
+    x: Coord | None = None
+    y: Coord | None = None
+    dx: int = Field(0, ge=-100, le=100)
+    dy: int = Field(0, ge=-100, le=100)
+
+
+class TypeText(_Action):
+    type: Literal["type_text"] = "type_text"
+    text: str = Field(max_length=100_000)
+    interval_ms: int = Field(0, ge=0, le=1000)
+
+
+class Key(_Action):
+    type: Literal["key"] = "key"
+    key: str = Field(min_length=1, max_length=64, description='A key or combo: "Return", "ctrl+c".')
+
+
+class Hotkey(_Action):
+    type: Literal["hotkey"] = "hotkey"
+    keys: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(min_length=1, max_length=8)
+
+
+class KeyDown(_Action):
+    type: Literal["key_down"] = "key_down"
+    key: str = Field(min_length=1, max_length=64)
+
+
+class KeyUp(_Action):
+    type: Literal["key_up"] = "key_up"
+    key: str = Field(min_length=1, max_length=64)
+
+
+class MouseDown(_Action):
+    type: Literal["mouse_down"] = "mouse_down"
+    button: Button = "left"
+    x: Coord | None = None
+    y: Coord | None = None
+
+
+class MouseUp(_Action):
+    type: Literal["mouse_up"] = "mouse_up"
+    button: Button = "left"
+    x: Coord | None = None
+    y: Coord | None = None
+
+
+class Wait(_Action):
+    type: Literal["wait"] = "wait"
+    seconds: float = Field(ge=0, le=60)
+
+
+class Exec(_Action):
+    type: Literal["exec"] = "exec"
+    cmd: str | list[str]
+    timeout: float = Field(60.0, gt=0, le=3600)
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    session: str | None = Field(None, description="Run in this persistent shell session (created on first use).")
+    keep_background: bool = Field(
+        False, description="Let processes the command started in the background outlive it (one-shot exec only)."
+    )
+
+
+class Navigate(_Action):
+    type: Literal["navigate"] = "navigate"
+    url: str = Field(min_length=1, max_length=8192)
+    timeout: float = Field(30.0, gt=0, le=300)
+
+
+class Evaluate(_Action):
+    type: Literal["evaluate"] = "evaluate"
+    expression: str = Field(min_length=1, max_length=1_000_000)
+
+
+COMPUTER_ACTIONS = (
+    Move, Click, DoubleClick, RightClick, Drag, Scroll, TypeText, Key, Hotkey, KeyDown, KeyUp, MouseDown, MouseUp, Wait,
+)  # fmt: skip
+
+Action = Annotated[
+    Move | Click | DoubleClick | RightClick | Drag | Scroll | TypeText | Key | Hotkey | KeyDown | KeyUp
+    | MouseDown | MouseUp | Wait | Exec | Navigate | Evaluate,
+    Field(discriminator="type"),
+]
+
+
+# --------------------------------------------------------------------------- results
+
+
+class ExecResult(Model):
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ms: float = 0.0
+    session_restarted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class Screenshot(Model):
+    data: bytes = Field(repr=False)
+    width: int
+    height: int
+    format: Literal["png", "jpeg"]
+
+
+class FileInfo(Model):
+    name: str
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mode: int
+    mtime: float
+
+
+class HealthCheck(Model):
+    ok: bool
+    detail: str
+
+
+class Health(Model):
+    ok: bool
+    checks: dict[str, HealthCheck]
+
+    @property
+    def failures(self) -> dict[str, str]:
+        return {name: c.detail for name, c in self.checks.items() if not c.ok}
+
+
+class Observation(Model):
+    screenshot: Screenshot | None = None
+    exec: ExecResult | None = None
+    url: str | None = None
+    title: str | None = None
+    value: Any = None
+    cursor: tuple[int, int] | None = None
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    reward: float | None = None
+    done: bool = False
+    info: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,91 @@
+"""Wire protocol between the control plane and the in-sandbox agent.
+
+Standard library only: this module is copied into every sandbox image and runs under
+the image's own python3, next to ``sandbox.agent``.
+
+One frame is ``u32 header_len | u32 blob_len | header (JSON, UTF-8) | blob``. A request
+header is ``{"op": str, "args": {...}, "deadline": float seconds}``; a response header is
+``{"ok": true, "result": {...}}`` or ``{"ok": false, "error": {"code": str, "message": str}}``.
+Binary payloads (screenshots, file contents) travel in the blob, never base64 in JSON.
+
+After a successful ``tunnel`` request the connection stops carrying frames and becomes a
+raw byte pipe to a port inside the sandbox (VNC, DevTools).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from typing import Any
+
+PROTOCOL_VERSION = 1
+_PREFIX = struct.Struct(">II")
+MAX_HEADER_BYTES = 4 * 1024 * 1024
+MAX_BLOB_BYTES = 256 * 1024 * 1024
+AGENT_SOCKET_NAME = "agent.sock"
+SOCKET_DIR_IN_SANDBOX = "/run/sandbox"
+
+
+class FrameError(Exception):
+    """A frame was malformed or broke a size limit."""
+
+    def __init__(self, message: str, *, recoverable: bool = False) -> None:
+        super().__init__(message)
+        self.recoverable = recoverable
+        """The oversized frame was read past: the stream is still in step."""
+
+
+# Error codes the agent returns; the host maps them onto its own exception tree.
+class ErrorCode:
+    BAD_REQUEST = "bad_request"
+    NOT_FOUND = "not_found"
+    PERMISSION_DENIED = "permission_denied"
+    TOO_LARGE = "too_large"
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+def encode_frame(header: dict[str, Any], blob: bytes = b"") -> bytes:
+    head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(head) > MAX_HEADER_BYTES:
+        raise FrameError(f"header of {len(head)} bytes exceeds {MAX_HEADER_BYTES}")
+    if len(blob) > MAX_BLOB_BYTES:
+        raise FrameError(f"payload of {len(blob)} bytes exceeds {MAX_BLOB_BYTES}")
+    return _PREFIX.pack(len(head), len(blob)) + head + blob
+
+
+async def read_frame(
+    reader: asyncio.StreamReader,
+    *,
+    max_header: int = MAX_HEADER_BYTES,
+    max_blob: int = MAX_BLOB_BYTES,
+) -> tuple[dict[str, Any], bytes]:
+    """Read one frame; raises ``asyncio.IncompleteReadError`` on a clean EOF."""
+    prefix = await reader.readexactly(_PREFIX.size)
+    head_len, blob_len = _PREFIX.unpack(prefix)
+    if head_len > max_header:
+        raise FrameError(f"header of {head_len} bytes exceeds the limit of {max_header}")
+    if blob_len > max_blob:
+        if blob_len > MAX_BLOB_BYTES:
+            raise FrameError(f"payload of {blob_len} bytes exceeds the limit of {max_blob}")
+        await _discard(reader, head_len + blob_len)
+        raise FrameError(f"payload of {blob_len} bytes exceeds the limit of {max_blob}", recoverable=True)
+    head = await reader.readexactly(head_len)
+    blob = await reader.readexactly(blob_len) if blob_len else b""
+    try:
+        header = json.loads(head)
+    except ValueError as e:
+        raise FrameError(f"header is not JSON: {e}") from e
+    if not isinstance(header, dict):
+        raise FrameError("header must be a JSON object")
+    return header, blob
+
+
+async def _discard(reader: asyncio.StreamReader, count: int) -> None:
+    while count > 0:
+        chunk = await reader.read(min(count, 1 << 20))
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"", count)
+        count -= len(chunk)

@@ -1,0 +1,113 @@
+"""Shared fixtures. Every container a test makes carries the labels of this test run
+(sandbox.owner=test-<run id>); teardown removes them all and fails the run on a leak."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import docker
+import pytest
+import pytest_asyncio
+
+from sandbox.agent_client import AgentClient
+from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
+from sandbox.backends.config import DockerConfig
+from sandbox.backends.docker.backend import DockerBackend
+from sandbox.models import SandboxSpec
+
+RUN_ID = os.environ.get("SANDBOX_TEST_RUN_ID") or secrets.token_hex(4)
+OWNER = f"test-{RUN_ID}"
+SOCKET_ROOT = f"/run/sbx-test-{RUN_ID}"
+TEST_LABEL = {"sandbox.test-run": RUN_ID}
+
+
+def owner_filter() -> dict[str, list[str]]:
+    return {"label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={OWNER}"]}
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    """The real engine. A missing engine fails the run: it is never a reason to skip."""
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except docker.errors.DockerException as e:
+        pytest.fail(f"no Docker engine answers ({e}); run `make setup` (it starts dockerd)", pytrace=False)
+    yield client
+    client.close()
+
+
+def require_image(client: docker.DockerClient, kind: str) -> None:
+    if not client.images.list(name=f"sandbox/{kind}"):
+        pytest.fail(f"the {kind} image is not built; run `make images`", pytrace=False)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def backend(docker_client: docker.DockerClient) -> AsyncIterator[DockerBackend]:
+    backend = DockerBackend(DockerConfig(owner=OWNER, socket_root=SOCKET_ROOT))
+    yield backend
+    await backend.close()
+    leaked = docker_client.containers.list(all=True, filters=owner_filter())
+    for container in leaked:
+        container.remove(force=True, v=True)
+    for volume in docker_client.volumes.list(filters=owner_filter()):
+        volume.remove(force=True)
+    for network in docker_client.networks.list(filters=owner_filter()):
+        network.remove()
+    socket_dirs = os.listdir(SOCKET_ROOT) if os.path.isdir(SOCKET_ROOT) else []
+    shutil.rmtree(SOCKET_ROOT, ignore_errors=True)
+    assert not leaked, f"tests leaked containers: {[c.name for c in leaked]}"
+    assert not socket_dirs, f"tests leaked socket directories: {socket_dirs}"
+
+
+class Sandbox:
+    """A started sandbox in a test: its id, its agent, and its backend."""
+
+    def __init__(self, sandbox_id: str, spec: SandboxSpec, backend: DockerBackend) -> None:
+        self.id = sandbox_id
+        self.spec = spec
+        self.backend = backend
+        self.agent: AgentClient = backend.agent(sandbox_id)
+
+    def container(self) -> Any:
+        return self.backend.client.containers.get(self.backend.container_name(self.id))
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.id}, {self.spec.kind.value})"
+
+
+SandboxFactory = Callable[..., Awaitable[Sandbox]]
+
+
+@pytest_asyncio.fixture
+async def make_sandbox(backend: DockerBackend, request: pytest.FixtureRequest) -> AsyncIterator[SandboxFactory]:
+    made: list[Sandbox] = []
+
+    async def make(kind: str = "terminal", **spec: Any) -> Sandbox:
+        await asyncio.to_thread(require_image, backend.client, kind)
+        sandbox_id = f"{kind[:4]}-{secrets.token_hex(4)}"
+        full = SandboxSpec.model_validate({"kind": kind, "labels": TEST_LABEL, **spec})
+        await backend.create(sandbox_id, full)
+        sandbox = Sandbox(sandbox_id, full, backend)
+        made.append(sandbox)
+        return sandbox
+
+    yield make
+    failed = getattr(request.node, "rep_call", None)
+    for sandbox in made:
+        if failed is not None and failed.failed:
+            print(f"\n[{request.node.name}] sandbox {sandbox.id} logs:\n{await backend.logs(sandbox.id, tail=40)}")
+        await backend.destroy(sandbox.id)
+    await asyncio.sleep(0)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

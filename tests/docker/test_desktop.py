@@ -1,0 +1,85 @@
+"""A desktop sandbox: clicks focus windows, typed text reaches programs, screenshots show it."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import pytest
+from PIL import Image, ImageChops
+
+from sandbox.agent_client import AgentClient
+from tests.conftest import SandboxFactory
+
+pytestmark = pytest.mark.docker
+
+WIDTH, HEIGHT = 1024, 768
+TEXT = "hello wörld ✓ 日本"
+
+
+async def _open_xterm(agent: AgentClient, title: str, x: int, out: str) -> None:
+    cmd = (
+        f"xterm -T {title} -geometry 40x10+{x}+40 -fa 'DejaVu Sans Mono' -fs 11 -u8 "
+        f"-bg white -fg black -e sh -c 'cat > {out}'"
+    )
+    started = await agent.exec(cmd, keep_background=True, env={"LANG": "C.UTF-8"})
+    assert started.exit_code in (0, None), started.stderr
+    for _ in range(100):
+        listed = await agent.exec(f"xwininfo -root -tree | grep -c '\"{title}\"'")
+        if listed.stdout.strip() not in ("", "0"):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"window {title} never appeared")
+
+
+async def test_click_focuses_a_window_and_typed_text_reaches_the_shell(make_sandbox: SandboxFactory) -> None:
+    sb = await make_sandbox("desktop", screen={"width": WIDTH, "height": HEIGHT})
+    await _open_xterm(sb.agent, "left", 20, "/workspace/left.txt")
+    await _open_xterm(sb.agent, "right", 540, "/workspace/right.txt")  # the newest window has the focus
+    await asyncio.sleep(0.5)
+    before = await sb.agent.screenshot()
+
+    await sb.agent.act({"type": "click", "x": 150, "y": 120})  # inside the left window
+    await sb.agent.act({"type": "type_text", "text": TEXT + "\n"})
+    typed = ""
+    for _ in range(50):
+        typed = (await sb.agent.exec("cat /workspace/left.txt")).stdout
+        if typed:
+            break
+        await asyncio.sleep(0.1)
+    assert typed == TEXT + "\n"
+    assert (await sb.agent.exec("cat /workspace/right.txt")).stdout == "", "the unfocused window got the keys"
+
+    after = await sb.agent.screenshot()
+    images = [Image.open(io.BytesIO(s.data)) for s in (before, after)]
+    for shot, image in zip((before, after), images, strict=True):
+        assert shot.data.startswith(b"\x89PNG\r\n\x1a\n") and image.format == "PNG"
+        assert image.size == (WIDTH, HEIGHT) == (shot.width, shot.height)
+        image.load()
+    changed = ImageChops.difference(images[0].convert("RGB"), images[1].convert("RGB")).getbbox()
+    assert changed is not None, "the screenshot does not show the typed text"
+    left, top, right, bottom = changed
+    assert left < 540, f"the change {changed} is not in the left window"
+
+
+async def test_jpeg_screenshot_and_pointer_actions(make_sandbox: SandboxFactory) -> None:
+    sb = await make_sandbox("desktop", screen={"width": 800, "height": 600})
+    shot = await sb.agent.screenshot(format="jpeg", quality=50)
+    image = Image.open(io.BytesIO(shot.data))
+    assert image.format == "JPEG" and image.size == (800, 600)
+    moved = await sb.agent.act({"type": "move", "x": 321, "y": 123})
+    assert tuple(moved["cursor"]) == (321, 123)
+    await sb.agent.act({"type": "drag", "x": 10, "y": 10, "to_x": 200, "to_y": 150})
+    for action in (
+        {"type": "scroll", "dy": 3},
+        {"type": "double_click", "x": 5, "y": 5},
+        {"type": "right_click"},
+        {"type": "hotkey", "keys": ["ctrl", "alt", "t"]},
+        {"type": "key", "key": "Escape"},
+        {"type": "mouse_down", "button": "left"},
+        {"type": "mouse_up", "button": "left"},
+        {"type": "wait", "seconds": 0.01},
+    ):
+        await sb.agent.act(action)
+    health = await sb.agent.health()
+    assert health.ok, health.failures
