@@ -41,7 +41,7 @@ class AgentClient:
             writer.write(frame)
             await writer.drain()
             header, out = await asyncio.wait_for(read_frame(reader), deadline + TRANSPORT_SLACK_S)
-        except asyncio.TimeoutError as e:
+        except TimeoutError as e:
             _close(conn)
             raise DeadlineExceeded(f"agent of {self._label} did not answer {op} within {deadline:g} s") from e
         except (OSError, asyncio.IncompleteReadError, FrameError) as e:
@@ -68,7 +68,7 @@ class AgentClient:
             return await asyncio.wait_for(
                 asyncio.open_unix_connection(self.socket_path, limit=1 << 20), CONNECT_TIMEOUT_S
             )
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise Unavailable(f"the agent of {self._label} does not answer at {self.socket_path}: {e!r}") from e
 
     def _release(self, conn: _Conn) -> None:
@@ -202,7 +202,7 @@ class AgentClient:
             writer.write(encode_frame({"op": "tunnel", "args": {"port": port}, "deadline": 10}))
             await writer.drain()
             header, _ = await asyncio.wait_for(read_frame(reader), 10 + TRANSPORT_SLACK_S)
-        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, FrameError) as e:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, FrameError) as e:
             _close(conn)
             raise Unavailable(f"cannot open a tunnel to port {port} of {self._label}: {e!r}") from e
         if not header.get("ok"):

@@ -16,7 +16,7 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SandboxKind(str, enum.Enum):
+class SandboxKind(enum.StrEnum):
     TERMINAL = "terminal"
     DESKTOP = "desktop"
     BROWSER = "browser"
@@ -27,7 +27,7 @@ class SandboxKind(str, enum.Enum):
         return self is not SandboxKind.TERMINAL
 
 
-class NetworkPolicy(str, enum.Enum):
+class NetworkPolicy(enum.StrEnum):
     NONE = "none"
     """No interface but loopback (the default)."""
     INTERNAL = "internal"
@@ -87,7 +87,7 @@ class SandboxSpec(Model):
         return v
 
 
-class SandboxState(str, enum.Enum):
+class SandboxState(enum.StrEnum):
     CREATING = "creating"
     RUNNING = "running"
     UNHEALTHY = "unhealthy"
@@ -222,8 +222,23 @@ COMPUTER_ACTIONS = (
 )  # fmt: skip
 
 Action = Annotated[
-    Move | Click | DoubleClick | RightClick | Drag | Scroll | TypeText | Key | Hotkey | KeyDown | KeyUp
-    | MouseDown | MouseUp | Wait | Exec | Navigate | Evaluate,
+    Move
+    | Click
+    | DoubleClick
+    | RightClick
+    | Drag
+    | Scroll
+    | TypeText
+    | Key
+    | Hotkey
+    | KeyDown
+    | KeyUp
+    | MouseDown
+    | MouseUp
+    | Wait
+    | Exec
+    | Navigate
+    | Evaluate,
     Field(discriminator="type"),
 ]
 

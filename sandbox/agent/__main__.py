@@ -19,9 +19,7 @@ def parse_args(argv: list[str]) -> AgentConfig:
     parser.add_argument("--kind", choices=KINDS, default=os.environ.get("SANDBOX_KIND", "terminal"))
     parser.add_argument("--socket", default=os.path.join(SOCKET_DIR_IN_SANDBOX, AGENT_SOCKET_NAME))
     parser.add_argument("--workspace", default="/workspace")
-    parser.add_argument(
-        "--roots", default="/workspace,/tmp", help="comma-separated directories the file API may touch"
-    )
+    parser.add_argument("--roots", default="/workspace,/tmp", help="comma-separated directories the file API may touch")
     parser.add_argument("--display", default=os.environ.get("DISPLAY", ":0"))
     parser.add_argument("--cdp-port", type=int, default=9222)
     ns = parser.parse_args(argv)

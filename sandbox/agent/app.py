@@ -143,7 +143,7 @@ async def _bounded(probe: Any, timeout: float = 5.0) -> dict[str, Any]:
     try:
         result: dict[str, Any] = await asyncio.wait_for(probe, timeout)
         return result
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return {"ok": False, "detail": f"no answer within {timeout:g} s"}
     except AgentError as e:
         return {"ok": False, "detail": e.message}

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, TypeVar, overload
+
 from sandbox.protocol import ErrorCode
+
+T = TypeVar("T")
+D = TypeVar("D")
 
 
 class AgentError(Exception):
@@ -16,7 +21,13 @@ def bad_request(message: str) -> AgentError:
     return AgentError(ErrorCode.BAD_REQUEST, message)
 
 
-def require(args: dict, name: str, kind: type | tuple[type, ...], default: object = ...) -> object:
+@overload
+def require(args: dict[str, Any], name: str, kind: type[T]) -> T: ...
+@overload
+def require(args: dict[str, Any], name: str, kind: type[T], default: D) -> T | D: ...
+@overload
+def require(args: dict[str, Any], name: str, kind: tuple[type, ...], default: Any = ...) -> Any: ...
+def require(args: dict[str, Any], name: str, kind: Any, default: Any = ...) -> Any:
     """Fetch and type-check one argument of a request."""
     if name not in args or args[name] is None:
         if default is ...:

@@ -54,11 +54,11 @@ class Files:
 
     async def read(self, args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
         path = self.resolve(args.get("path"))
-        offset = int(require(args, "offset", int, 0))  # type: ignore[call-overload]
+        offset = int(require(args, "offset", int, 0))
         length = require(args, "length", int, None)
-        if offset < 0 or (length is not None and length < 0):  # type: ignore[operator]
+        if offset < 0 or (length is not None and length < 0):
             raise bad_request("offset and length must not be negative")
-        return await asyncio.to_thread(self._read, path, offset, length)  # type: ignore[arg-type]
+        return await asyncio.to_thread(self._read, path, offset, length)
 
     def _read(self, path: str, offset: int, length: int | None) -> tuple[dict[str, Any], bytes]:
         fd = self._open(path, os.O_RDONLY)
@@ -78,7 +78,7 @@ class Files:
 
     async def write(self, args: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
         path = self.resolve(args.get("path"))
-        mode = int(require(args, "mode", int, 0o644))  # type: ignore[call-overload]
+        mode = int(require(args, "mode", int, 0o644))
         append = bool(require(args, "append", bool, False))
         parents = bool(require(args, "make_parents", bool, True))
         if not 0 <= mode <= 0o7777:
@@ -119,7 +119,7 @@ class Files:
     def _list(self, path: str) -> tuple[dict[str, Any], bytes]:
         if not os.path.isdir(path):
             raise AgentError(ErrorCode.NOT_FOUND, f"{path!r} is not a directory")
-        entries = []
+        entries: list[dict[str, Any]] = []
         with os.scandir(path) as it:
             for entry in it:
                 if len(entries) >= MAX_LIST_ENTRIES:

@@ -83,7 +83,7 @@ class AgentServer:
             deadline = _deadline(header)
             try:
                 result, out_blob = await asyncio.wait_for(handler(args, blob), timeout=deadline)
-            except asyncio.TimeoutError as e:
+            except TimeoutError as e:
                 raise AgentError(ErrorCode.TIMEOUT, f"{op} did not finish within its {deadline:g} s deadline") from e
             result.setdefault("agent_ms", round((time.monotonic() - started) * 1000, 3))
             return encode_frame({"ok": True, "result": result}, out_blob)
@@ -102,7 +102,7 @@ class AgentServer:
                 raise AgentError(ErrorCode.PERMISSION_DENIED, f"port {port} is not open for tunnels")
             try:
                 up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
-            except (OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError) as e:
                 raise AgentError(ErrorCode.UNAVAILABLE, f"nothing answers on port {port} in the sandbox: {e}") from e
         except AgentError as e:
             writer.write(_error_frame(e.code, e.message))

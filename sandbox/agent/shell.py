@@ -70,20 +70,20 @@ def _parse(args: dict[str, Any]) -> _ExecRequest:
         raise bad_request("cmd as a list must be a non-empty list of strings")
     if isinstance(command, str) and not command.strip():
         raise bad_request("cmd must not be empty")
-    timeout = float(require(args, "timeout", (int, float), DEFAULT_TIMEOUT))  # type: ignore[arg-type]
+    timeout = float(require(args, "timeout", (int, float), DEFAULT_TIMEOUT))
     if not 0 < timeout <= MAX_TIMEOUT:
         raise bad_request(f"timeout must be in (0, {MAX_TIMEOUT:g}] seconds")
     env = require(args, "env", dict, {})
     assert isinstance(env, dict)
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise bad_request("env must map strings to strings")
-    max_output = int(require(args, "max_output", int, DEFAULT_MAX_OUTPUT))  # type: ignore[call-overload]
+    max_output = int(require(args, "max_output", int, DEFAULT_MAX_OUTPUT))
     if max_output <= 0:
         raise bad_request("max_output must be positive")
     cwd = require(args, "cwd", str, None)
     session = require(args, "session", str, None)
     keep_background = bool(require(args, "keep_background", bool, False))
-    return _ExecRequest(command, timeout, cwd, env, max_output, session, keep_background)  # type: ignore[arg-type]
+    return _ExecRequest(command, timeout, cwd, env, max_output, session, keep_background)
 
 
 def _result(
@@ -145,7 +145,7 @@ class Shell:
 
     async def close_session(self, args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
         name = require(args, "session", str)
-        session = self._sessions.pop(name, None)  # type: ignore[arg-type]
+        session = self._sessions.pop(name, None)
         if session is None:
             raise AgentError(ErrorCode.NOT_FOUND, f"no shell session named {name!r}")
         await session.close()
@@ -156,11 +156,9 @@ class Shell:
 
     async def check(self) -> dict[str, Any]:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                "true", stdin=asyncio.subprocess.DEVNULL, cwd=self._default_cwd
-            )
+            proc = await asyncio.create_subprocess_exec("true", stdin=asyncio.subprocess.DEVNULL, cwd=self._default_cwd)
             code = await asyncio.wait_for(proc.wait(), 5)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             return {"ok": False, "detail": f"cannot start a process: {e}"}
         return {"ok": code == 0, "detail": "spawns processes" if code == 0 else f"`true` exited {code}"}
 
@@ -211,7 +209,7 @@ class Shell:
                 proc.stdin.close()
             try:
                 await asyncio.wait_for(proc.wait(), req.timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
             if timed_out or not req.keep_background:
                 # What the command left running in its group dies with it, unless asked otherwise.
@@ -265,8 +263,7 @@ class _Session:
             assert proc.stdin is not None and proc.stdout is not None
             marker = f"__sbx_done_{secrets.token_hex(8)}__"
             script, out_path, err_path = (os.path.join(self._dir, n) for n in ("cmd.sh", "out", "err"))
-            with open(script, "w", encoding="utf-8") as f:
-                f.write(req.command + "\n")
+            await asyncio.to_thread(_write_text, script, req.command + "\n")
             prelude = "".join(f"export {k}={_quote(v)}\n" for k, v in req.env.items())
             if req.cwd:
                 prelude += f"cd {_quote(req.cwd)} || true\n"
@@ -277,7 +274,7 @@ class _Session:
             timed_out, exit_code, restarted = False, None, False
             try:
                 exit_code = await asyncio.wait_for(self._await_marker(proc, marker), req.timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
                 exit_code, restarted = await self._interrupt(proc, marker)
             except _SessionEnded:
@@ -305,7 +302,7 @@ class _Session:
                 os.kill(pid, signal.SIGKILL)
         try:
             return await asyncio.wait_for(self._await_marker(proc, marker), 1.0), False
-        except (asyncio.TimeoutError, _SessionEnded):
+        except (TimeoutError, _SessionEnded):
             _kill_group(proc.pid)
             await proc.wait()
             self._proc = None
@@ -325,6 +322,11 @@ class _SessionEnded(Exception):
 
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def _read_capped(path: str, sink: _Output) -> None:

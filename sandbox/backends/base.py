@@ -23,7 +23,7 @@ LABEL_USER_PREFIX = "sandbox.user."
 MANAGED_BY = "sandbox"
 
 
-class RuntimeState(str, enum.Enum):
+class RuntimeState(enum.StrEnum):
     """What the engine says of a sandbox's container or pod."""
 
     STARTING = "starting"

@@ -29,7 +29,9 @@ class DockerConfig(_Config):
         description="Host directory holding one agent-socket directory per sandbox (kept short: unix paths max 107).",
     )
     image_prefix: str = Field("sandbox", description="Images are <prefix>/<kind>:latest unless the spec names one.")
-    runtime: str | None = Field(None, description="OCI runtime for sandboxes (e.g. runsc); the engine's default if None.")
+    runtime: str | None = Field(
+        None, description="OCI runtime for sandboxes (e.g. runsc); the engine's default if None."
+    )
     ready_timeout_s: float = Field(60.0, gt=0, description="How long a new sandbox may take to become healthy.")
     sandbox_uid: int = Field(1000, description="User the images run as; owns the socket directory.")
     max_pool_size: int = Field(64, ge=1, description="Concurrent HTTP connections to the engine.")

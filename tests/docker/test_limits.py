@@ -33,9 +33,7 @@ async def test_fork_bomb_is_stopped_by_the_pids_limit(make_sandbox: SandboxFacto
     await asyncio.sleep(2)
     await _answers_quickly(bystander.agent.exec("echo alive"))
     await asyncio.to_thread(_host_answers)
-    pids = await asyncio.to_thread(
-        lambda: victim.container().stats(stream=False)["pids_stats"].get("current", 0)
-    )
+    pids = await asyncio.to_thread(lambda: victim.container().stats(stream=False)["pids_stats"].get("current", 0))
     assert pids <= 128, f"{pids} processes in a sandbox limited to 128"
     result = await bomb
     assert "Resource temporarily unavailable" in result.stderr, result.stderr[-500:]

@@ -76,7 +76,7 @@ async def test_garbage_on_the_socket_does_not_hurt(agent: AgentClient) -> None:
 async def test_file_errors_are_precise(agent: AgentClient) -> None:
     with pytest.raises(NotFound, match="does not exist"):
         await agent.read_file("missing.txt")
-    with pytest.raises(PermissionDenied, match="'..' traversal"):
+    with pytest.raises(PermissionDenied, match=r"'\.\.' traversal"):
         await agent.write_file("a/../../x", b"")
     with pytest.raises(PermissionDenied, match="cannot be deleted"):
         await agent.delete(os.path.realpath((await agent.ping())["roots"][0]), recursive=True)
