@@ -12,7 +12,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sandbox.errors import DeadlineExceeded, InvalidArgument, SandboxError, Unavailable, from_agent
+from sandbox.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    ResourceExhausted,
+    SandboxError,
+    Unavailable,
+    from_agent,
+)
 from sandbox.models import ExecResult, FileInfo, Health, Screenshot
 from sandbox.protocol import FrameError, encode_frame, read_frame
 
@@ -34,7 +41,10 @@ class AgentClient:
     async def request(
         self, op: str, args: dict[str, Any] | None = None, blob: bytes = b"", *, deadline: float = 60.0
     ) -> tuple[dict[str, Any], bytes]:
-        frame = encode_frame({"op": op, "args": args or {}, "deadline": deadline}, blob)
+        try:
+            frame = encode_frame({"op": op, "args": args or {}, "deadline": deadline}, blob)
+        except FrameError as e:
+            raise ResourceExhausted(f"{op} request is too large: {e}") from e
         conn = await self._acquire()
         reader, writer = conn
         try:

@@ -95,6 +95,17 @@ class SandboxState(enum.StrEnum):
     DELETED = "deleted"
 
 
+class SandboxInfo(Model):
+    id: str
+    tenant: str
+    kind: SandboxKind
+    state: SandboxState
+    spec: SandboxSpec
+    created_at: float
+    last_active_at: float
+    error: str | None = None
+
+
 # --------------------------------------------------------------------------- actions
 
 
@@ -262,6 +273,9 @@ class ExecResult(Model):
 
 
 class Screenshot(Model):
+    # In JSON (REST bodies, model_dump_json) the image travels as URL-safe base64 (RFC 4648 section 5).
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
     data: bytes = Field(repr=False)
     width: int
     height: int

@@ -95,7 +95,8 @@ class Files:
             fd = self._open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-                size = f.tell()
+                f.flush()
+                size = os.fstat(f.fileno()).st_size
             return {"path": path, "size": size}, b""
         if os.path.isdir(path):
             raise bad_request(f"{path!r} is a directory")

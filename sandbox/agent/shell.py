@@ -77,10 +77,15 @@ def _parse(args: dict[str, Any]) -> _ExecRequest:
     assert isinstance(env, dict)
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise bad_request("env must map strings to strings")
+    if any(not k or "=" in k or "\x00" in k + v for k, v in env.items()):
+        raise bad_request("env names must be non-empty without '=' or NUL, and values without NUL")
     max_output = int(require(args, "max_output", int, DEFAULT_MAX_OUTPUT))
     if max_output <= 0:
         raise bad_request("max_output must be positive")
     cwd = require(args, "cwd", str, None)
+    parts = [command] if isinstance(command, str) else command
+    if any("\x00" in part for part in [*parts, cwd or ""]):
+        raise bad_request("cmd and cwd must not contain NUL characters")
     session = require(args, "session", str, None)
     keep_background = bool(require(args, "keep_background", bool, False))
     return _ExecRequest(command, timeout, cwd, env, max_output, session, keep_background)

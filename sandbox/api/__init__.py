@@ -1,0 +1,1 @@
+"""The API skins (gRPC and REST) over the one service layer. They translate, nothing more."""
