@@ -297,4 +297,3 @@ def _ms(since: float) -> float:
 
 def _reason(health: Health) -> str:
     return "; ".join(f"{name}: {detail}" for name, detail in health.failures.items()) or "unhealthy"
-

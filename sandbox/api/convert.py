@@ -1,0 +1,300 @@
+"""Proto messages ↔ models, shared by the gRPC server and the SDK.
+
+The proto mirrors the models field for field (``tests/unit/test_proto_sync.py`` keeps them
+so), which lets one generic walk over the message descriptors do nearly all the work:
+
+- model → proto: ``model_dump()`` and set every field that is not ``None``;
+- proto → model: collect the fields that are *set* (``optional`` fields and messages only
+  when present, plain scalars always) and let the model validate them, so an unset field
+  takes the model's default and the model's limits are the only limits.
+
+Enums travel as proto enums named ``<ENUM>_<VALUE>`` (``SANDBOX_KIND_TERMINAL``); value 0
+(``*_UNSPECIFIED``) means "unset". Three shapes differ from the model and are handled by
+hand: ``Exec.cmd`` (a oneof of a shell string and an argv list), ``Observation.value`` and
+``Observation.info`` (JSON text) and ``Observation.cursor`` (a ``Point``).
+
+Converting a *request* raises :class:`~sandbox.errors.InvalidArgument` naming the bad field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from google.protobuf.message import Message
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from sandbox import models
+from sandbox.api.grpc_gen import sandbox_pb2 as pb
+from sandbox.errors import InvalidArgument
+
+M = TypeVar("M", bound=BaseModel)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""The largest gRPC message either side sends or accepts."""
+MESSAGE_SIZE_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+ACTION_ADAPTER: TypeAdapter[models.Action] = TypeAdapter(models.Action)
+ACTION_TYPES: tuple[type[BaseModel], ...] = typing.get_args(typing.get_args(models.Action)[0])
+"""Every member of the ``models.Action`` union."""
+
+# --------------------------------------------------------------------------- validation errors
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """``"click.x: Input should be greater than or equal to 0; ..."``: each problem with its field."""
+    parts = []
+    for problem in error.errors(include_url=False):
+        where = ".".join(str(p) for p in problem["loc"])
+        if not where and problem["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            where = "type"  # the union's discriminator, which pydantic reports without a location
+        parts.append(f"{where}: {problem['msg']}" if where else problem["msg"])
+    return "; ".join(parts)
+
+
+def invalid(error: ValidationError, *, what: str) -> InvalidArgument:
+    return InvalidArgument(f"invalid {what}: {describe_validation_error(error)}")
+
+
+def validate(model: type[M], data: Mapping[str, Any], *, what: str) -> M:
+    """``model`` from request data, or :class:`InvalidArgument` naming the bad field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise invalid(e, what=what) from e
+
+
+def validate_action(action: models.Action | Mapping[str, Any]) -> models.Action:
+    """An action model as it is, or a plain dict such as ``{"type": "click", "x": 1, "y": 2}`` validated."""
+    if isinstance(action, BaseModel):
+        if not isinstance(action, ACTION_TYPES):
+            raise InvalidArgument(f"invalid action: {type(action).__name__} is not an action model")
+        return typing.cast(models.Action, action)
+    try:
+        return ACTION_ADAPTER.validate_python(action)
+    except ValidationError as e:
+        raise invalid(e, what="action") from e
+
+
+# --------------------------------------------------------------------------- the generic walk
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    return bool(
+        field.type == FieldDescriptor.TYPE_MESSAGE and field.is_repeated and field.message_type.GetOptions().map_entry
+    )
+
+
+def enum_prefix(enum: EnumDescriptor) -> str:
+    """``SandboxKind`` → ``SANDBOX_KIND_``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper() + "_"
+
+
+def _enum_to_model(enum: EnumDescriptor, number: int) -> Any:
+    value = enum.values_by_number.get(number)
+    if value is None:
+        return number  # a value this build does not know: let the model reject it by name
+    return value.name.removeprefix(enum_prefix(enum)).lower()
+
+
+def _enum_to_proto(enum: EnumDescriptor, value: Any) -> int:
+    return int(enum.values_by_name[enum_prefix(enum) + str(value).upper()].number)
+
+
+_UNSET = object()
+
+
+def _scalar_to_model(field: FieldDescriptor, value: Any) -> Any:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return to_dict(value)
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return _UNSET if value == 0 else _enum_to_model(field.enum_type, value)
+    return value
+
+
+def to_dict(message: Message) -> dict[str, Any]:
+    """The fields of ``message`` that are set, as model input."""
+    out: dict[str, Any] = {}
+    descriptor: Descriptor = message.DESCRIPTOR
+    for field in descriptor.fields:
+        if field.has_presence and not message.HasField(field.name):
+            continue
+        value = getattr(message, field.name)
+        if _is_map(field):
+            value_field = field.message_type.fields_by_name["value"]
+            out[field.name] = {k: _scalar_to_model(value_field, v) for k, v in value.items()}
+        elif field.is_repeated:
+            out[field.name] = [_scalar_to_model(field, v) for v in value]
+        else:
+            converted = _scalar_to_model(field, value)
+            if converted is not _UNSET:
+                out[field.name] = converted
+    return out
+
+
+def fill(message: Message, data: Mapping[str, Any]) -> Message:
+    """Set the fields of ``message`` from model output (``model_dump()``); ``None`` stays unset."""
+    message.SetInParent()
+    fields = message.DESCRIPTOR.fields_by_name
+    for name, value in data.items():
+        if value is None:
+            continue
+        field = fields[name]
+        if _is_map(field):
+            target = getattr(message, name)
+            value_field = field.message_type.fields_by_name["value"]
+            for key, item in value.items():
+                if value_field.type == FieldDescriptor.TYPE_MESSAGE:
+                    fill(target[key], item)
+                else:
+                    target[key] = item
+        elif field.is_repeated:
+            target = getattr(message, name)
+            for item in value:
+                if field.type == FieldDescriptor.TYPE_MESSAGE:
+                    fill(target.add(), item)
+                elif field.type == FieldDescriptor.TYPE_ENUM:
+                    target.append(_enum_to_proto(field.enum_type, item))
+                else:
+                    target.append(item)
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            fill(getattr(message, name), value)
+        elif field.type == FieldDescriptor.TYPE_ENUM:
+            setattr(message, name, _enum_to_proto(field.enum_type, value))
+        else:
+            setattr(message, name, value)
+    return message
+
+
+def _from_model(message: Message, model: BaseModel) -> Any:
+    return fill(message, model.model_dump(exclude_none=True))
+
+
+# --------------------------------------------------------------------------- sandboxes
+
+
+def spec_to_proto(spec: models.SandboxSpec) -> pb.SandboxSpec:
+    return _from_model(pb.SandboxSpec(), spec)
+
+
+def spec_from_proto(message: pb.SandboxSpec) -> models.SandboxSpec:
+    return validate(models.SandboxSpec, to_dict(message), what="spec")
+
+
+def info_to_proto(info: models.SandboxInfo) -> pb.SandboxInfo:
+    return _from_model(pb.SandboxInfo(), info)
+
+
+def info_from_proto(message: pb.SandboxInfo) -> models.SandboxInfo:
+    return models.SandboxInfo.model_validate(to_dict(message))
+
+
+# --------------------------------------------------------------------------- actions
+
+
+def exec_to_proto(request: models.Exec) -> pb.Exec:
+    message = pb.Exec()
+    fill(message, request.model_dump(exclude_none=True, exclude={"type", "cmd"}))
+    if isinstance(request.cmd, str):
+        message.shell = request.cmd
+    else:
+        message.argv.SetInParent()
+        message.argv.args.extend(request.cmd)
+    return message
+
+
+def _exec_dict(message: pb.Exec) -> dict[str, Any]:
+    data = to_dict(message)
+    shell, argv = data.pop("shell", None), data.pop("argv", None)
+    if shell is not None:
+        data["cmd"] = shell
+    elif argv is not None:
+        data["cmd"] = argv.get("args", [])
+    return data
+
+
+def exec_from_proto(message: pb.Exec) -> models.Exec:
+    return validate(models.Exec, _exec_dict(message), what="exec")
+
+
+def action_to_proto(action: models.Action) -> pb.Action:
+    message = pb.Action()
+    if isinstance(action, models.Exec):
+        message.exec.CopyFrom(exec_to_proto(action))
+    else:
+        fill(getattr(message, action.type), action.model_dump(exclude_none=True, exclude={"type"}))
+    return message
+
+
+def action_from_proto(message: pb.Action) -> models.Action:
+    which = message.WhichOneof("action")
+    if which is None:
+        names = ", ".join(f.name for f in message.DESCRIPTOR.oneofs_by_name["action"].fields)
+        raise InvalidArgument(f"invalid action: action: no action is set (set one of: {names})")
+    body = getattr(message, which)
+    data = _exec_dict(body) if which == "exec" else to_dict(body)
+    return validate_action({**data, "type": which})
+
+
+# --------------------------------------------------------------------------- results
+
+
+def exec_result_to_proto(result: models.ExecResult) -> pb.ExecResult:
+    return _from_model(pb.ExecResult(), result)
+
+
+def _exec_result_dict(data: dict[str, Any]) -> dict[str, Any]:
+    return {"exit_code": None, **data}  # required by the model; unset on the wire means None
+
+
+def exec_result_from_proto(message: pb.ExecResult) -> models.ExecResult:
+    return models.ExecResult.model_validate(_exec_result_dict(to_dict(message)))
+
+
+def observation_to_proto(obs: models.Observation) -> pb.Observation:
+    message = pb.Observation()
+    fill(message, obs.model_dump(exclude_none=True, exclude={"value", "info", "cursor"}))
+    if obs.value is not None:
+        message.value = json.dumps(obs.value)
+    if obs.info:
+        message.info = json.dumps(obs.info)
+    if obs.cursor is not None:
+        message.cursor.x, message.cursor.y = obs.cursor
+    return message
+
+
+def observation_from_proto(message: pb.Observation) -> models.Observation:
+    data = to_dict(message)
+    value, info, cursor = data.pop("value", None), data.pop("info", ""), data.pop("cursor", None)
+    if value is not None:
+        data["value"] = json.loads(value)
+    if info:
+        data["info"] = json.loads(info)
+    if cursor is not None:
+        data["cursor"] = (cursor["x"], cursor["y"])
+    if "exec" in data:
+        data["exec"] = _exec_result_dict(data["exec"])
+    return models.Observation.model_validate(data)
+
+
+def file_info_to_proto(info: models.FileInfo) -> pb.FileInfo:
+    return _from_model(pb.FileInfo(), info)
+
+
+def file_info_from_proto(message: pb.FileInfo) -> models.FileInfo:
+    return models.FileInfo.model_validate(to_dict(message))
+
+
+def health_to_proto(health: models.Health) -> pb.Health:
+    return _from_model(pb.Health(), health)
+
+
+def health_from_proto(message: pb.Health) -> models.Health:
+    return models.Health.model_validate(to_dict(message))

@@ -1,0 +1,230 @@
+"""The gRPC skin over the service layer (``grpc.aio``, in the control plane's event loop).
+
+It translates and holds no logic: proto → models with :mod:`sandbox.api.convert`, a call to
+:class:`~sandbox.service.SandboxService` on behalf of the caller's principal, models → proto,
+and the platform's exceptions → status codes with :func:`sandbox.api.errors.grpc_status`.
+
+- Authentication: metadata ``authorization: Bearer <token>`` → ``TokenRegistry.authenticate``.
+- A request the models reject is ``INVALID_ARGUMENT`` with the bad field named (the converters
+  in :mod:`sandbox.api.convert` turn the ``ValidationError`` into ``InvalidArgument``).
+- Anything else unexpected is ``INTERNAL`` and logged with its traceback: a bug, never the
+  answer to bad input.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from sandbox.api import convert
+from sandbox.api.errors import grpc_status
+from sandbox.api.grpc_gen import sandbox_pb2 as pb
+from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
+from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
+from sandbox.service import Principal, SandboxService, TokenRegistry
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+T = TypeVar("T")
+
+Handler = Callable[["SandboxServicer", Principal, Req], Awaitable[Resp]]
+Rpc = Callable[["SandboxServicer", Req, grpc.aio.ServicerContext], Awaitable[Resp]]
+
+
+def _unary(handler: Handler[Req, Resp]) -> Rpc[Req, Resp]:
+    """A unary RPC from ``handler(self, principal, request)``: authenticate, call, translate errors."""
+
+    @functools.wraps(handler)
+    async def rpc(self: SandboxServicer, request: Req, context: grpc.aio.ServicerContext) -> Resp:
+        return await self._serve(context, handler.__name__, lambda principal: handler(self, principal, request))
+
+    return rpc
+
+
+class SandboxServicer:
+    """Implements ``sandbox.v1.SandboxService``; one instance serves every call."""
+
+    def __init__(self, *, service: SandboxService, tokens: TokenRegistry, logger: logging.Logger) -> None:
+        self._service = service
+        self._tokens = tokens
+        self._log = logger
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _principal(self, context: grpc.aio.ServicerContext) -> Principal:
+        token: str | None = None
+        for key, value in context.invocation_metadata() or ():
+            if key.lower() == "authorization":
+                scheme, _, credential = str(value).partition(" ")
+                if scheme.lower() != "bearer" or not credential.strip():
+                    raise Unauthenticated("the authorization metadata must read 'Bearer <token>'")
+                token = credential.strip()
+        return self._tokens.authenticate(token)
+
+    def _status(self, error: Exception, method: str) -> tuple[grpc.StatusCode, str]:
+        # A request the models reject arrives here as InvalidArgument (convert names the field). A bare
+        # ValidationError was raised building a model from the service's own data: a bug, so INTERNAL.
+        if isinstance(error, SandboxError):
+            if isinstance(error, InternalError):
+                self._log.error("internal error in %s: %s", method, error.message, exc_info=error)
+            return grpc_status(error), error.message
+        self._log.error("unexpected error in %s", method, exc_info=error)
+        return grpc.StatusCode.INTERNAL, f"internal error in {method} ({type(error).__name__}); see the server log"
+
+    async def _serve(
+        self, context: grpc.aio.ServicerContext, method: str, call: Callable[[Principal], Awaitable[T]]
+    ) -> T:
+        try:
+            return await call(self._principal(context))
+        except Exception as e:
+            code, message = self._status(e, method)
+        await context.abort(code, message)
+        raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @_unary
+    async def CreateSandbox(self, principal: Principal, request: pb.CreateSandboxRequest) -> pb.SandboxInfo:
+        spec = convert.spec_from_proto(request.spec)
+        return convert.info_to_proto(await self._service.create(principal, spec))
+
+    @_unary
+    async def GetSandbox(self, principal: Principal, request: pb.GetSandboxRequest) -> pb.SandboxInfo:
+        return convert.info_to_proto(await self._service.get(principal, request.sandbox_id))
+
+    @_unary
+    async def ListSandboxes(self, principal: Principal, request: pb.ListSandboxesRequest) -> pb.ListSandboxesResponse:
+        infos = await self._service.list_sandboxes(principal)
+        return pb.ListSandboxesResponse(sandboxes=[convert.info_to_proto(i) for i in infos])
+
+    @_unary
+    async def DeleteSandbox(self, principal: Principal, request: pb.DeleteSandboxRequest) -> pb.DeleteSandboxResponse:
+        await self._service.delete(principal, request.sandbox_id)
+        return pb.DeleteSandboxResponse()
+
+    @_unary
+    async def Reset(self, principal: Principal, request: pb.ResetRequest) -> pb.SandboxInfo:
+        return convert.info_to_proto(await self._service.reset(principal, request.sandbox_id))
+
+    # ------------------------------------------------------------------ acting
+
+    async def _step(self, principal: Principal, request: pb.StepRequest) -> pb.StepResponse:
+        action = convert.action_from_proto(request.action)
+        obs = await self._service.step(principal, request.sandbox_id, action, screenshot=request.screenshot)
+        return pb.StepResponse(observation=convert.observation_to_proto(obs))
+
+    @_unary
+    async def Step(self, principal: Principal, request: pb.StepRequest) -> pb.StepResponse:
+        return await self._step(principal, request)
+
+    async def StepStream(
+        self, requests: AsyncIterator[pb.StepRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StepResponse]:
+        """One response per request, in order; a failed step answers with an error and the stream goes on."""
+        try:
+            principal = self._principal(context)
+        except SandboxError as e:
+            await context.abort(grpc_status(e), e.message)
+            return
+        async for request in requests:
+            try:
+                response = await self._step(principal, request)
+            except Exception as e:
+                code, message = self._status(e, "StepStream")
+                response = pb.StepResponse(error=pb.StepError(code=code.value[0], message=message))
+            yield response
+
+    @_unary
+    async def Observe(self, principal: Principal, request: pb.ObserveRequest) -> pb.Observation:
+        options: dict[str, Any] = {}
+        if request.HasField("format"):
+            options["format"] = request.format
+        if request.HasField("quality"):
+            options["quality"] = request.quality
+        return convert.observation_to_proto(await self._service.observe(principal, request.sandbox_id, **options))
+
+    @_unary
+    async def Exec(self, principal: Principal, request: pb.ExecRequest) -> pb.ExecResult:
+        exec_request = convert.exec_from_proto(request.exec)
+        return convert.exec_result_to_proto(await self._service.exec(principal, request.sandbox_id, exec_request))
+
+    # ------------------------------------------------------------------ files
+
+    @_unary
+    async def ReadFile(self, principal: Principal, request: pb.ReadFileRequest) -> pb.ReadFileResponse:
+        length = request.length if request.HasField("length") else None
+        data = await self._service.read_file(
+            principal, request.sandbox_id, request.path, offset=request.offset, length=length
+        )
+        return pb.ReadFileResponse(data=data)
+
+    @_unary
+    async def WriteFile(self, principal: Principal, request: pb.WriteFileRequest) -> pb.WriteFileResponse:
+        options: dict[str, Any] = {"append": request.append}
+        if request.HasField("mode"):
+            options["mode"] = request.mode
+        size = await self._service.write_file(principal, request.sandbox_id, request.path, request.data, **options)
+        return pb.WriteFileResponse(size=size)
+
+    @_unary
+    async def ListFiles(self, principal: Principal, request: pb.ListFilesRequest) -> pb.ListFilesResponse:
+        files = await self._service.list_files(principal, request.sandbox_id, request.path)
+        return pb.ListFilesResponse(files=[convert.file_info_to_proto(f) for f in files])
+
+    @_unary
+    async def DeleteFile(self, principal: Principal, request: pb.DeleteFileRequest) -> pb.DeleteFileResponse:
+        await self._service.delete_file(principal, request.sandbox_id, request.path, recursive=request.recursive)
+        return pb.DeleteFileResponse()
+
+    # ------------------------------------------------------------------ inspection
+
+    @_unary
+    async def Health(self, principal: Principal, request: pb.HealthRequest) -> pb.Health:
+        return convert.health_to_proto(await self._service.health(principal, request.sandbox_id))
+
+    @_unary
+    async def Logs(self, principal: Principal, request: pb.LogsRequest) -> pb.LogsResponse:
+        options: dict[str, Any] = {}
+        if request.HasField("tail"):
+            options["tail"] = request.tail
+        return pb.LogsResponse(text=await self._service.logs(principal, request.sandbox_id, **options))
+
+
+async def bind_grpc_server(
+    service: SandboxService, tokens: TokenRegistry, *, host: str, port: int, logger: logging.Logger
+) -> tuple[grpc.aio.Server, int]:
+    """Start serving on ``host:port`` (``port=0``: any free port); the server and the port it got."""
+    server = grpc.aio.server(
+        options=[
+            *convert.MESSAGE_SIZE_OPTIONS,
+            # Without this, Linux lets a second server bind a port already in use and the two share it.
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    pb_grpc.add_SandboxServiceServicer_to_server(SandboxServicer(service=service, tokens=tokens, logger=logger), server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    cause: RuntimeError | None = None
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as e:  # grpc >= 1.5x raises; older versions return 0
+        bound, cause = 0, e
+    if not bound:
+        await server.stop(None)
+        raise InvalidArgument(f"cannot serve gRPC on {address}: the port is in use or the address is not local") from (
+            cause
+        )
+    await server.start()
+    logger.info("gRPC API listening on %s", f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}")
+    return server, bound
+
+
+async def start_grpc_server(
+    service: SandboxService, tokens: TokenRegistry, *, host: str, port: int, logger: logging.Logger
+) -> grpc.aio.Server:
+    """Bind ``host:port`` and start serving the API; raises :class:`InvalidArgument` if the port is taken."""
+    server, _ = await bind_grpc_server(service, tokens, host=host, port=port, logger=logger)
+    return server

@@ -1,0 +1,251 @@
+"""The `sandbox` command: run the control plane, build images, and drive sandboxes through the SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sandbox.errors import SandboxError
+
+if TYPE_CHECKING:
+    from sandbox.client import Client
+
+app = typer.Typer(help="Sandboxes for GUI-agent RL rollouts.", no_args_is_help=True, add_completion=False)
+images_app = typer.Typer(help="Build the sandbox images (from Debian packages; no registry needed).")
+app.add_typer(images_app, name="images")
+console = Console()
+err_console = Console(stderr=True)
+
+TargetOpt = Annotated[str, typer.Option("--target", envvar="SANDBOX_TARGET", help="gRPC address of the server.")]
+TokenOpt = Annotated[str | None, typer.Option("--token", envvar="SANDBOX_TOKEN", help="Bearer token.")]
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+def _client(target: str, token: str | None) -> Client:
+    from sandbox.client import Client
+
+    return Client(target, token=token)
+
+
+def _fail(e: SandboxError) -> None:
+    err_console.print(f"[red]error[/red] ({e.code}): {e.message}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def server(
+    host: Annotated[str | None, typer.Option(help="Bind address (loopback unless tokens are set).")] = None,
+    grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 50051,
+    http_port: Annotated[int, typer.Option(help="HTTP (REST, docs) port.")] = 8080,
+    tokens_file: Annotated[
+        str | None, typer.Option(envvar="SANDBOX_TOKENS_FILE", help="JSON {token: tenant | {tenant, admin}}.")
+    ] = None,
+    owner: Annotated[str, typer.Option(help="Label value marking this control plane's containers.")] = "default",
+    socket_root: Annotated[
+        str, typer.Option(help="Host directory for the sandboxes' agent sockets.")
+    ] = "/run/sandbox-platform",
+) -> None:
+    """Run the control plane: Docker backend, gRPC and HTTP in one process."""
+    from sandbox.backends.config import DockerConfig
+    from sandbox.server import ServerSettings, serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = ServerSettings(
+        host=host,
+        grpc_port=grpc_port,
+        http_port=http_port,
+        tokens_file=tokens_file,
+        backend=DockerConfig(owner=owner, socket_root=socket_root),
+    )
+    try:
+        asyncio.run(serve(settings, logger=logging.getLogger("sandbox.server")))
+    except SandboxError as e:
+        _fail(e)
+
+
+@images_app.command("build")
+def images_build(
+    kinds: Annotated[list[str] | None, typer.Argument(help="terminal, desktop, browser (default: all).")] = None,
+    force: Annotated[bool, typer.Option(help="Rebuild even when the recipe is unchanged.")] = False,
+) -> None:
+    """Build sandbox images; unchanged recipes are skipped in seconds."""
+    from sandbox.backends.docker.images import KINDS, build_images
+
+    try:
+        built = build_images(kinds or list(KINDS), force=force, progress=lambda line: console.print(line))
+    except SandboxError as e:
+        _fail(e)
+    for kind, tag in built.items():
+        console.print(f"{kind}: [green]{tag}[/green]")
+
+
+@app.command()
+def create(
+    kind: Annotated[str, typer.Argument(help="terminal, desktop or browser.")],
+    image: Annotated[str | None, typer.Option(help="Image instead of the kind's default.")] = None,
+    cpus: Annotated[float | None, typer.Option(help="CPU cores.")] = None,
+    memory_mb: Annotated[int | None, typer.Option(help="Memory limit in MiB.")] = None,
+    screen: Annotated[str | None, typer.Option(help="WIDTHxHEIGHT, e.g. 1280x800.")] = None,
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
+) -> None:
+    """Create a sandbox and print its id."""
+    spec: dict[str, Any] = {}
+    if image:
+        spec["image"] = image
+    resources = {k: v for k, v in {"cpus": cpus, "memory_mb": memory_mb}.items() if v is not None}
+    if resources:
+        spec["resources"] = resources
+    if screen:
+        try:
+            width, height = (int(v) for v in screen.lower().split("x"))
+        except ValueError:
+            err_console.print(f"[red]error[/red]: --screen must look like 1280x800, not {screen!r}")
+            raise typer.Exit(2) from None
+        spec["screen"] = {"width": width, "height": height}
+    try:
+        with _client(target, token) as client:
+            sandbox = client.create(kind=kind, **spec)
+            console.print(sandbox.id)
+    except SandboxError as e:
+        _fail(e)
+
+
+@app.command("ls")
+def list_sandboxes(target: TargetOpt = DEFAULT_TARGET, token: TokenOpt = None) -> None:
+    """List your sandboxes."""
+    try:
+        with _client(target, token) as client:
+            infos = client.list()
+    except SandboxError as e:
+        _fail(e)
+    table = Table("id", "kind", "state", "age", "tenant", "error")
+    now = time.time()
+    for info in infos:
+        age = f"{now - info.created_at:.0f}s"
+        table.add_row(info.id, info.kind.value, info.state.value, age, info.tenant, info.error or "")
+    console.print(table)
+
+
+@app.command("exec")
+def exec_command(
+    sandbox_id: Annotated[str, typer.Argument(help="Sandbox id.")],
+    cmd: Annotated[list[str], typer.Argument(help="Command and arguments (use -- before them).")],
+    timeout: Annotated[float, typer.Option(help="Seconds before the command is killed.")] = 60.0,
+    session: Annotated[str | None, typer.Option(help="Persistent shell session to run in.")] = None,
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
+) -> None:
+    """Run a command in a sandbox; prints its output and exits with its exit code."""
+    command: str | list[str] = " ".join(cmd) if session or len(cmd) == 1 else cmd
+    try:
+        with _client(target, token) as client:
+            result = client.get(sandbox_id).exec(command, timeout=timeout, session=session)
+    except SandboxError as e:
+        _fail(e)
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    if result.timed_out:
+        err_console.print(f"[yellow]timed out after {timeout:g} s[/yellow]")
+    raise typer.Exit(result.exit_code if result.exit_code is not None else 124)
+
+
+@app.command()
+def step(
+    sandbox_id: Annotated[str, typer.Argument(help="Sandbox id.")],
+    action: Annotated[str, typer.Argument(help='One action as JSON, e.g. \'{"type": "click", "x": 10, "y": 20}\'.')],
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
+) -> None:
+    """Send one action and print the observation (without screenshot bytes) as JSON."""
+    try:
+        parsed = json.loads(action)
+    except ValueError as e:
+        err_console.print(f"[red]error[/red]: the action is not JSON: {e}")
+        raise typer.Exit(2) from None
+    try:
+        with _client(target, token) as client:
+            obs = client.get(sandbox_id).step(parsed)
+    except SandboxError as e:
+        _fail(e)
+    console.print_json(obs.model_dump_json(exclude={"screenshot"}))
+
+
+@app.command()
+def shot(
+    sandbox_id: Annotated[str, typer.Argument(help="Sandbox id.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="File to write.")] = Path("screenshot.png"),
+    format: Annotated[str, typer.Option(help="png or jpeg.")] = "png",
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
+) -> None:
+    """Save a screenshot of a sandbox's display."""
+    try:
+        with _client(target, token) as client:
+            obs = client.get(sandbox_id).observe(format=format)
+    except SandboxError as e:
+        _fail(e)
+    if obs.screenshot is None:
+        err_console.print("[red]error[/red]: this sandbox has no display")
+        raise typer.Exit(1)
+    output.write_bytes(obs.screenshot.data)
+    console.print(f"{output} ({obs.screenshot.width}x{obs.screenshot.height} {obs.screenshot.format})")
+
+
+@app.command()
+def reset(
+    sandbox_id: Annotated[str, typer.Argument(help="Sandbox id.")],
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
+) -> None:
+    """Reset a sandbox to its initial state (fresh /workspace)."""
+    try:
+        with _client(target, token) as client:
+            client.get(sandbox_id).reset()
+    except SandboxError as e:
+        _fail(e)
+    console.print(f"reset {sandbox_id}")
+
+
+@app.command("rm")
+def remove(
+    sandbox_ids: Annotated[list[str], typer.Argument(help="Sandbox ids.")],
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
+) -> None:
+    """Delete sandboxes."""
+    try:
+        with _client(target, token) as client:
+            for sandbox_id in sandbox_ids:
+                client.get(sandbox_id).close()
+                console.print(f"deleted {sandbox_id}")
+    except SandboxError as e:
+        _fail(e)
+
+
+@app.command()
+def logs(
+    sandbox_id: Annotated[str, typer.Argument(help="Sandbox id.")],
+    tail: Annotated[int, typer.Option(help="Lines from the end.")] = 200,
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
+) -> None:
+    """Print a sandbox's own logs (its services and agent)."""
+    try:
+        with _client(target, token) as client:
+            sys.stdout.write(client.get(sandbox_id).logs(tail=tail))
+    except SandboxError as e:
+        _fail(e)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,223 @@
+"""The asyncio SDK: :class:`AsyncClient`, :class:`AsyncSandbox`, :class:`AsyncFiles`, :class:`AsyncStepStream`.
+
+Every method hands an operation from :mod:`sandbox.client._ops` to
+:func:`~sandbox.client._ops.drive_async` over a ``grpc.aio`` channel; the logic lives in ``_ops``.
+:mod:`sandbox.client._sync` is the same surface, blocking (``tests/unit/test_sdk_parity.py``
+keeps the signatures identical).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
+from sandbox.client import _ops
+from sandbox.errors import Unavailable
+from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """A connection to the control plane's gRPC API, for asyncio. Close it (or ``async with``) when done.
+
+    The channel opens on first use, in the running event loop, and belongs to that loop.
+    """
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, token: str | None = None, timeout: float = 120) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._metadata = _ops.metadata(token)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub_instance: Any = None
+
+    def _stub(self) -> Any:
+        if self._stub_instance is None:
+            self._channel = grpc.aio.insecure_channel(self.target, options=_ops.CHANNEL_OPTIONS)
+            self._stub_instance = pb_grpc.SandboxServiceStub(self._channel)
+        return self._stub_instance
+
+    async def _perform(self, call: _ops.Call) -> Any:
+        rpc = getattr(self._stub(), call.method)
+        try:
+            return await rpc(call.request, timeout=_ops.deadline(call, self.timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise _ops.rpc_error(e) from e
+
+    async def _run(self, op: _ops.Op[T]) -> T:
+        return await _ops.drive_async(op, self._perform)
+
+    async def create(self, kind: str, **spec: Any) -> AsyncSandbox:
+        """A new sandbox; ``spec`` takes the fields of ``models.SandboxSpec`` (image, resources, screen, ...)."""
+        return AsyncSandbox(self, await self._run(_ops.create(kind, spec)))
+
+    async def get(self, sandbox_id: str) -> AsyncSandbox:
+        """A handle on an existing sandbox (closing it deletes the sandbox)."""
+        return AsyncSandbox(self, await self._run(_ops.get(sandbox_id)))
+
+    async def list(self) -> builtins.list[SandboxInfo]:
+        """The sandboxes this caller may see."""
+        return await self._run(_ops.list_sandboxes())
+
+    async def close(self) -> None:
+        """Close the connection; sandboxes keep running."""
+        channel, self._channel, self._stub_instance = self._channel, None, None
+        if channel is not None:
+            await channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncSandbox:
+    """One sandbox. ``async with await client.create(kind="terminal") as sb:`` deletes it at the end."""
+
+    def __init__(self, client: AsyncClient, info: SandboxInfo) -> None:
+        self._client = client
+        self.info = info
+        self.files = AsyncFiles(self)
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, kind={self.info.kind.value!r})"
+
+    async def step(self, action: Action | Mapping[str, Any], *, screenshot: bool = False) -> Observation:
+        """Do one action (a model or a dict such as ``{"type": "click", "x": 10, "y": 20}``)."""
+        return await self._client._run(_ops.step(self.id, action, screenshot=screenshot))
+
+    def step_stream(self) -> AsyncStepStream:
+        """Steps over one bidirectional stream, for the lowest latency: ``async with sb.step_stream() as s:``."""
+        return AsyncStepStream(self)
+
+    async def observe(self, *, format: str = "png", quality: int = 80) -> Observation:
+        """The current screen (display kinds) and page (browser) without acting."""
+        return await self._client._run(_ops.observe(self.id, format=format, quality=quality))
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float = 60,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        session: str | None = None,
+        keep_background: bool = False,
+    ) -> ExecResult:
+        """Run a shell string or an argv list; ``session`` keeps a shell (cwd, variables) between calls."""
+        op = _ops.exec_(
+            self.id, cmd, timeout=timeout, cwd=cwd, env=env, session=session, keep_background=keep_background
+        )
+        return await self._client._run(op)
+
+    async def reset(self) -> SandboxInfo:
+        """Back to the initial state (a fresh sandbox from the same spec); the refreshed info."""
+        self.info = await self._client._run(_ops.reset(self.id))
+        return self.info
+
+    async def refresh(self) -> SandboxInfo:
+        """The sandbox's current info (state, last activity)."""
+        self.info = await self._client._run(_ops.get(self.id))
+        return self.info
+
+    async def health(self) -> Health:
+        return await self._client._run(_ops.health(self.id))
+
+    async def logs(self, tail: int = 200) -> str:
+        return await self._client._run(_ops.logs(self.id, tail=tail))
+
+    async def close(self) -> None:
+        """Delete the sandbox. Idempotent; a sandbox already gone is not an error."""
+        if not self._closed:
+            await self._client._run(_ops.delete(self.id, missing_ok=True))
+            self._closed = True
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncFiles:
+    """The sandbox's file system (relative paths are relative to /workspace)."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def read(self, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
+        return await self._sandbox._client._run(_ops.read_file(self._sandbox.id, path, offset=offset, length=length))
+
+    async def write(self, path: str, data: bytes | str, *, mode: int = 0o644, append: bool = False) -> int:
+        """Write (or append) ``data`` (str is UTF-8); the file's size afterwards."""
+        return await self._sandbox._client._run(_ops.write_file(self._sandbox.id, path, data, mode=mode, append=append))
+
+    async def list(self, path: str = "/workspace") -> builtins.list[FileInfo]:
+        return await self._sandbox._client._run(_ops.list_files(self._sandbox.id, path))
+
+    async def delete(self, path: str, recursive: bool = False) -> None:
+        await self._sandbox._client._run(_ops.delete_file(self._sandbox.id, path, recursive=recursive))
+
+    async def upload(self, local_path: str | os.PathLike[str], remote_path: str) -> int:
+        """Copy a local file in; the number of bytes copied."""
+        return await self._sandbox._client._run(_ops.upload(self._sandbox.id, local_path, remote_path))
+
+    async def download(self, remote_path: str, local_path: str | os.PathLike[str]) -> int:
+        """Copy a file out; the number of bytes copied."""
+        return await self._sandbox._client._run(_ops.download(self._sandbox.id, remote_path, local_path))
+
+
+class AsyncStepStream:
+    """Steps over one ``StepStream`` RPC: no per-call setup, one response per step, in order.
+
+    A failed step raises its error and the stream goes on. Close it (or ``async with``) when done.
+    """
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+        self._call: Any = None
+        self._lock = asyncio.Lock()
+
+    async def step(self, action: Action | Mapping[str, Any], *, screenshot: bool = False) -> Observation:
+        request = _ops.step_request(self._sandbox.id, action, screenshot=screenshot)
+        client = self._sandbox._client
+        async with self._lock:  # one step in flight: responses pair with requests in order
+            if self._call is None:
+                self._call = client._stub().StepStream(metadata=client._metadata)
+            try:
+                await self._call.write(request)
+                reply = await self._call.read()
+            except grpc.RpcError as e:
+                raise _ops.rpc_error(e) from e
+        if reply is grpc.aio.EOF:
+            raise Unavailable("the step stream ended before answering")
+        return _ops.step_result(reply)
+
+    async def close(self) -> None:
+        """End the stream (the server finishes the steps it has)."""
+        call, self._call = self._call, None
+        if call is not None:
+            try:
+                await call.done_writing()
+                while await call.read() is not grpc.aio.EOF:
+                    pass
+            except grpc.RpcError:
+                pass
+
+    async def __aenter__(self) -> AsyncStepStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

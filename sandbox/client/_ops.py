@@ -1,0 +1,318 @@
+"""What every SDK call does, written once, with no I/O of its own ("sans-I/O").
+
+Each operation is a generator: it validates its arguments with the models, ``yield``s the
+effects it needs — a :class:`Call` (one unary RPC) or a :class:`Local` (blocking work on a
+local file) — receives each effect's result back, and ``return``s the call's result. A
+failed RPC is thrown into the generator as the platform's exception.
+
+Two small drivers run these generators: :func:`drive` over a blocking gRPC channel (the sync
+:class:`~sandbox.client.Client`) and :func:`drive_async` over a ``grpc.aio`` channel (the
+:class:`~sandbox.client.AsyncClient`, which also moves :class:`Local` work off the event
+loop). So request building, chunking, deadlines and error handling exist once, and the two
+clients are only thin, same-signature shells that hand an operation to their driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from pydantic import ValidationError
+
+from sandbox import models
+from sandbox.api import convert
+from sandbox.api.errors import from_grpc
+from sandbox.api.grpc_gen import sandbox_pb2 as pb
+from sandbox.errors import InternalError, NotFound, SandboxError
+
+T = TypeVar("T")
+
+CHUNK_BYTES = 16 * 1024 * 1024
+"""File data moves in pieces of this size, well under the 64 MiB message limit."""
+
+DEADLINE_SLACK_S = 30.0
+"""Beyond an operation's own timeout (an exec's, a wait's), how long its RPC may take."""
+
+CHANNEL_OPTIONS = convert.MESSAGE_SIZE_OPTIONS
+
+
+@dataclass(frozen=True)
+class Call:
+    """One unary RPC: the stub's method name, its request, and the least deadline it needs."""
+
+    method: str
+    request: Any
+    min_timeout: float = 0.0
+
+
+@dataclass(frozen=True)
+class Local:
+    """Blocking local work (a piece of a local file); the async driver runs it in a thread."""
+
+    fn: Callable[[], Any]
+
+
+Effect = Call | Local
+Op = Generator[Effect, Any, T]
+
+
+def metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def rpc_error(error: grpc.RpcError) -> SandboxError:
+    """A failed RPC (sync or aio) as the platform's exception."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = error.details() if hasattr(error, "details") else None
+    return from_grpc(code, details or str(code))
+
+
+def deadline(call: Call, timeout: float) -> float:
+    return max(timeout, call.min_timeout)
+
+
+# --------------------------------------------------------------------------- drivers
+
+
+def _bad_reply(error: ValidationError) -> InternalError:
+    # Requests are validated before any I/O, so a ValidationError here comes from a reply.
+    return InternalError(f"the server sent a reply the SDK cannot read: {convert.describe_validation_error(error)}")
+
+
+def drive(op: Op[T], perform: Callable[[Effect], Any]) -> T:
+    """Run ``op`` to its result, performing each effect with the blocking ``perform``."""
+    try:
+        effect = next(op)
+        while True:
+            try:
+                result = perform(effect)
+            except Exception as e:  # the operation may handle it (e.g. NotFound), else it comes back out
+                effect = op.throw(e)
+            else:
+                effect = op.send(result)
+    except StopIteration as done:
+        value: T = done.value
+        return value
+    except ValidationError as e:
+        raise _bad_reply(e) from e
+
+
+async def drive_async(op: Op[T], perform: Callable[[Call], Awaitable[Any]]) -> T:
+    """Run ``op`` to its result, awaiting RPCs with ``perform`` and running local work in a thread."""
+    try:
+        effect = next(op)
+        while True:
+            try:
+                if isinstance(effect, Local):
+                    result = await asyncio.to_thread(effect.fn)
+                else:
+                    result = await perform(effect)
+            except Exception as e:  # the operation may handle it (e.g. NotFound), else it comes back out
+                effect = op.throw(e)
+            else:
+                effect = op.send(result)
+    except StopIteration as done:
+        value: T = done.value
+        return value
+    except ValidationError as e:
+        raise _bad_reply(e) from e
+
+
+# --------------------------------------------------------------------------- sandboxes
+
+
+def create(kind: str, spec: Mapping[str, Any]) -> Op[models.SandboxInfo]:
+    full = convert.validate(models.SandboxSpec, {**spec, "kind": kind}, what="spec")
+    reply = yield Call("CreateSandbox", pb.CreateSandboxRequest(spec=convert.spec_to_proto(full)))
+    return convert.info_from_proto(reply)
+
+
+def get(sandbox_id: str) -> Op[models.SandboxInfo]:
+    reply = yield Call("GetSandbox", pb.GetSandboxRequest(sandbox_id=sandbox_id))
+    return convert.info_from_proto(reply)
+
+
+def list_sandboxes() -> Op[list[models.SandboxInfo]]:
+    reply = yield Call("ListSandboxes", pb.ListSandboxesRequest())
+    return [convert.info_from_proto(i) for i in reply.sandboxes]
+
+
+def delete(sandbox_id: str, *, missing_ok: bool = False) -> Op[None]:
+    try:
+        yield Call("DeleteSandbox", pb.DeleteSandboxRequest(sandbox_id=sandbox_id))
+    except NotFound:
+        if not missing_ok:
+            raise
+
+
+def reset(sandbox_id: str) -> Op[models.SandboxInfo]:
+    reply = yield Call("Reset", pb.ResetRequest(sandbox_id=sandbox_id))
+    return convert.info_from_proto(reply)
+
+
+# --------------------------------------------------------------------------- acting
+
+
+def _action_budget(action: models.Action) -> float:
+    """How long acting may take beyond the usual: an exec's or navigation's timeout, a wait."""
+    if isinstance(action, models.Exec | models.Navigate):
+        return action.timeout + DEADLINE_SLACK_S
+    if isinstance(action, models.Wait):
+        return action.seconds + DEADLINE_SLACK_S
+    return 0.0
+
+
+def step_request(sandbox_id: str, action: models.Action | Mapping[str, Any], *, screenshot: bool) -> pb.StepRequest:
+    """Validates ``action`` here, before it goes anywhere: bad input fails fast, naming the field."""
+    checked = convert.validate_action(action)
+    return pb.StepRequest(sandbox_id=sandbox_id, action=convert.action_to_proto(checked), screenshot=screenshot)
+
+
+def step_result(reply: pb.StepResponse) -> models.Observation:
+    if reply.WhichOneof("result") == "error":
+        raise from_grpc(_status_code(reply.error.code), reply.error.message)
+    return convert.observation_from_proto(reply.observation)
+
+
+def _status_code(number: int) -> grpc.StatusCode:
+    for code in grpc.StatusCode:
+        if code.value[0] == number:
+            return code
+    return grpc.StatusCode.UNKNOWN
+
+
+def step(sandbox_id: str, action: models.Action | Mapping[str, Any], *, screenshot: bool) -> Op[models.Observation]:
+    checked = convert.validate_action(action)
+    request = pb.StepRequest(sandbox_id=sandbox_id, action=convert.action_to_proto(checked), screenshot=screenshot)
+    reply = yield Call("Step", request, min_timeout=_action_budget(checked))
+    return step_result(reply)
+
+
+def observe(sandbox_id: str, *, format: str, quality: int) -> Op[models.Observation]:
+    reply = yield Call("Observe", pb.ObserveRequest(sandbox_id=sandbox_id, format=format, quality=quality))
+    return convert.observation_from_proto(reply)
+
+
+def exec_(
+    sandbox_id: str,
+    cmd: str | Sequence[str],
+    *,
+    timeout: float,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    session: str | None,
+    keep_background: bool,
+) -> Op[models.ExecResult]:
+    fields = {
+        "cmd": cmd if isinstance(cmd, str) else list(cmd),
+        "timeout": timeout,
+        "cwd": cwd,
+        "env": dict(env or {}),
+        "session": session,
+        "keep_background": keep_background,
+    }
+    request = convert.validate(models.Exec, fields, what="exec")
+    reply = yield Call(
+        "Exec",
+        pb.ExecRequest(sandbox_id=sandbox_id, exec=convert.exec_to_proto(request)),
+        min_timeout=request.timeout + DEADLINE_SLACK_S,
+    )
+    return convert.exec_result_from_proto(reply)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def read_file(sandbox_id: str, path: str, *, offset: int = 0, length: int | None = None) -> Op[bytes]:
+    """The file's bytes from ``offset`` (to the end when ``length`` is None), a chunk per RPC."""
+    pieces: list[bytes] = []
+    remaining = length
+    while remaining is None or remaining > 0:
+        want = CHUNK_BYTES if remaining is None else min(CHUNK_BYTES, remaining)
+        reply = yield Call("ReadFile", pb.ReadFileRequest(sandbox_id=sandbox_id, path=path, offset=offset, length=want))
+        pieces.append(reply.data)
+        offset += len(reply.data)
+        if remaining is not None:
+            remaining -= len(reply.data)
+        if len(reply.data) < want:
+            break
+    return b"".join(pieces)
+
+
+def write_file(
+    sandbox_id: str, path: str, data: bytes | str, *, mode: int | None = None, append: bool = False
+) -> Op[int]:
+    """Write ``data`` a chunk per RPC (a file larger than one chunk is not replaced atomically)."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    size, start = 0, 0
+    while True:
+        piece = raw[start : start + CHUNK_BYTES]
+        request = pb.WriteFileRequest(sandbox_id=sandbox_id, path=path, data=piece, append=append or start > 0)
+        if mode is not None:
+            request.mode = mode
+        size = (yield Call("WriteFile", request)).size
+        start += len(piece)
+        if start >= len(raw):
+            return int(size)
+
+
+def list_files(sandbox_id: str, path: str) -> Op[list[models.FileInfo]]:
+    reply = yield Call("ListFiles", pb.ListFilesRequest(sandbox_id=sandbox_id, path=path))
+    return [convert.file_info_from_proto(f) for f in reply.files]
+
+
+def delete_file(sandbox_id: str, path: str, *, recursive: bool) -> Op[None]:
+    yield Call("DeleteFile", pb.DeleteFileRequest(sandbox_id=sandbox_id, path=path, recursive=recursive))
+
+
+def _read_local(path: str | os.PathLike[str], offset: int, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
+def _write_local(path: str | os.PathLike[str], data: bytes, *, append: bool) -> None:
+    with open(path, "ab" if append else "wb") as f:
+        f.write(data)
+
+
+def upload(sandbox_id: str, local_path: str | os.PathLike[str], remote_path: str) -> Op[int]:
+    """Copy a local file into the sandbox a chunk at a time; the number of bytes copied."""
+    offset = 0
+    while True:
+        piece: bytes = yield Local(functools.partial(_read_local, local_path, offset, CHUNK_BYTES))
+        request = pb.WriteFileRequest(sandbox_id=sandbox_id, path=remote_path, data=piece, append=offset > 0)
+        yield Call("WriteFile", request)
+        offset += len(piece)
+        if len(piece) < CHUNK_BYTES:
+            return offset
+
+
+def download(sandbox_id: str, remote_path: str, local_path: str | os.PathLike[str]) -> Op[int]:
+    """Copy a file out of the sandbox a chunk at a time; the number of bytes copied."""
+    offset = 0
+    while True:
+        request = pb.ReadFileRequest(sandbox_id=sandbox_id, path=remote_path, offset=offset, length=CHUNK_BYTES)
+        piece: bytes = (yield Call("ReadFile", request)).data
+        yield Local(functools.partial(_write_local, local_path, piece, append=offset > 0))
+        offset += len(piece)
+        if len(piece) < CHUNK_BYTES:
+            return offset
+
+
+# --------------------------------------------------------------------------- inspection
+
+
+def health(sandbox_id: str) -> Op[models.Health]:
+    reply = yield Call("Health", pb.HealthRequest(sandbox_id=sandbox_id))
+    return convert.health_from_proto(reply)
+
+
+def logs(sandbox_id: str, *, tail: int) -> Op[str]:
+    reply = yield Call("Logs", pb.LogsRequest(sandbox_id=sandbox_id, tail=tail))
+    return str(reply.text)

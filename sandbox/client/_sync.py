@@ -1,0 +1,217 @@
+"""The blocking SDK: :class:`Client`, :class:`Sandbox`, :class:`Files`, :class:`StepStream`.
+
+Every method hands an operation from :mod:`sandbox.client._ops` to :func:`~sandbox.client._ops.drive`
+over a blocking gRPC channel; the logic lives in ``_ops``. :mod:`sandbox.client._async` is the same
+surface over ``grpc.aio`` (``tests/unit/test_sdk_parity.py`` keeps the signatures identical).
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import queue
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from sandbox.api.grpc_gen import sandbox_pb2 as pb
+from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
+from sandbox.client import _ops
+from sandbox.errors import Unavailable
+from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo
+
+T = TypeVar("T")
+
+
+class Client:
+    """A connection to the control plane's gRPC API. Thread-safe; close it (or use ``with``) when done."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, token: str | None = None, timeout: float = 120) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._metadata = _ops.metadata(token)
+        self._channel = grpc.insecure_channel(target, options=_ops.CHANNEL_OPTIONS)
+        self._stub = pb_grpc.SandboxServiceStub(self._channel)
+
+    def _perform(self, effect: _ops.Effect) -> Any:
+        if isinstance(effect, _ops.Local):
+            return effect.fn()
+        rpc = getattr(self._stub, effect.method)
+        try:
+            return rpc(effect.request, timeout=_ops.deadline(effect, self.timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise _ops.rpc_error(e) from e
+
+    def _run(self, op: _ops.Op[T]) -> T:
+        return _ops.drive(op, self._perform)
+
+    def create(self, kind: str, **spec: Any) -> Sandbox:
+        """A new sandbox; ``spec`` takes the fields of ``models.SandboxSpec`` (image, resources, screen, ...)."""
+        return Sandbox(self, self._run(_ops.create(kind, spec)))
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        """A handle on an existing sandbox (closing it deletes the sandbox)."""
+        return Sandbox(self, self._run(_ops.get(sandbox_id)))
+
+    def list(self) -> builtins.list[SandboxInfo]:
+        """The sandboxes this caller may see."""
+        return self._run(_ops.list_sandboxes())
+
+    def close(self) -> None:
+        """Close the connection; sandboxes keep running."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Sandbox:
+    """One sandbox. ``with client.create(kind="terminal") as sb:`` deletes it at the end."""
+
+    def __init__(self, client: Client, info: SandboxInfo) -> None:
+        self._client = client
+        self.info = info
+        self.files = Files(self)
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r}, kind={self.info.kind.value!r})"
+
+    def step(self, action: Action | Mapping[str, Any], *, screenshot: bool = False) -> Observation:
+        """Do one action (a model or a dict such as ``{"type": "click", "x": 10, "y": 20}``)."""
+        return self._client._run(_ops.step(self.id, action, screenshot=screenshot))
+
+    def step_stream(self) -> StepStream:
+        """Steps over one bidirectional stream, for the lowest latency: ``with sb.step_stream() as s: s.step(a)``."""
+        return StepStream(self)
+
+    def observe(self, *, format: str = "png", quality: int = 80) -> Observation:
+        """The current screen (display kinds) and page (browser) without acting."""
+        return self._client._run(_ops.observe(self.id, format=format, quality=quality))
+
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float = 60,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        session: str | None = None,
+        keep_background: bool = False,
+    ) -> ExecResult:
+        """Run a shell string or an argv list; ``session`` keeps a shell (cwd, variables) between calls."""
+        op = _ops.exec_(
+            self.id, cmd, timeout=timeout, cwd=cwd, env=env, session=session, keep_background=keep_background
+        )
+        return self._client._run(op)
+
+    def reset(self) -> SandboxInfo:
+        """Back to the initial state (a fresh sandbox from the same spec); the refreshed info."""
+        self.info = self._client._run(_ops.reset(self.id))
+        return self.info
+
+    def refresh(self) -> SandboxInfo:
+        """The sandbox's current info (state, last activity)."""
+        self.info = self._client._run(_ops.get(self.id))
+        return self.info
+
+    def health(self) -> Health:
+        return self._client._run(_ops.health(self.id))
+
+    def logs(self, tail: int = 200) -> str:
+        return self._client._run(_ops.logs(self.id, tail=tail))
+
+    def close(self) -> None:
+        """Delete the sandbox. Idempotent; a sandbox already gone is not an error."""
+        if not self._closed:
+            self._client._run(_ops.delete(self.id, missing_ok=True))
+            self._closed = True
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Files:
+    """The sandbox's file system (relative paths are relative to /workspace)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def read(self, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
+        return self._sandbox._client._run(_ops.read_file(self._sandbox.id, path, offset=offset, length=length))
+
+    def write(self, path: str, data: bytes | str, *, mode: int = 0o644, append: bool = False) -> int:
+        """Write (or append) ``data`` (str is UTF-8); the file's size afterwards."""
+        return self._sandbox._client._run(_ops.write_file(self._sandbox.id, path, data, mode=mode, append=append))
+
+    def list(self, path: str = "/workspace") -> builtins.list[FileInfo]:
+        return self._sandbox._client._run(_ops.list_files(self._sandbox.id, path))
+
+    def delete(self, path: str, recursive: bool = False) -> None:
+        self._sandbox._client._run(_ops.delete_file(self._sandbox.id, path, recursive=recursive))
+
+    def upload(self, local_path: str | os.PathLike[str], remote_path: str) -> int:
+        """Copy a local file in; the number of bytes copied."""
+        return self._sandbox._client._run(_ops.upload(self._sandbox.id, local_path, remote_path))
+
+    def download(self, remote_path: str, local_path: str | os.PathLike[str]) -> int:
+        """Copy a file out; the number of bytes copied."""
+        return self._sandbox._client._run(_ops.download(self._sandbox.id, remote_path, local_path))
+
+
+class StepStream:
+    """Steps over one ``StepStream`` RPC: no per-call setup, one response per step, in order.
+
+    A failed step raises its error and the stream goes on. Close it (or use ``with``) when done.
+    """
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+        self._requests: queue.SimpleQueue[pb.StepRequest | None] = queue.SimpleQueue()
+        self._responses: Any = None
+
+    def _pending(self) -> Iterator[pb.StepRequest]:
+        while (request := self._requests.get()) is not None:
+            yield request
+
+    def step(self, action: Action | Mapping[str, Any], *, screenshot: bool = False) -> Observation:
+        request = _ops.step_request(self._sandbox.id, action, screenshot=screenshot)
+        client = self._sandbox._client
+        if self._responses is None:
+            self._responses = client._stub.StepStream(self._pending(), metadata=client._metadata)
+        self._requests.put(request)
+        try:
+            reply = next(self._responses)
+        except StopIteration:
+            raise Unavailable("the step stream ended before answering") from None
+        except grpc.RpcError as e:
+            raise _ops.rpc_error(e) from e
+        return _ops.step_result(reply)
+
+    def close(self) -> None:
+        """End the stream (the server finishes the steps it has)."""
+        responses, self._responses = self._responses, None
+        if responses is not None:
+            self._requests.put(None)
+            try:
+                for _ in responses:
+                    pass
+            except grpc.RpcError:
+                pass
+
+    def __enter__(self) -> StepStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

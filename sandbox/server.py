@@ -1,0 +1,103 @@
+"""The control plane process: one service layer, served over gRPC and REST in one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox.backends.config import BackendConfig, DockerConfig, make_backend
+from sandbox.errors import InvalidArgument
+from sandbox.service import SandboxService, TokenRegistry
+
+LOOPBACK = "127.0.0.1"
+
+
+class ServerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str | None = Field(None, description="Address to bind; loopback unless tokens are configured.")
+    grpc_port: int = Field(50051, ge=0, le=65535)
+    http_port: int = Field(8080, ge=0, le=65535)
+    tokens_file: str | None = Field(None, description="JSON {token: tenant | {tenant, admin}}.")
+    backend: BackendConfig = Field(default_factory=DockerConfig)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_address(settings: ServerSettings, tokens: TokenRegistry, logger: logging.Logger) -> str:
+    if tokens.enabled:
+        return settings.host or "0.0.0.0"
+    host = settings.host or LOOPBACK
+    if not _is_loopback(host):
+        raise InvalidArgument(
+            f"refusing to listen on {host} with no tokens configured: set SANDBOX_TOKENS_FILE or --tokens-file"
+        )
+    logger.warning("no tokens configured: listening on loopback only (%s), every caller is the admin", host)
+    return host
+
+
+def _embedded_uvicorn(uvicorn: Any, config: Any) -> Any:
+    """A uvicorn server that leaves signal handling to us (we also stop gRPC and the service)."""
+
+    class EmbeddedServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return EmbeddedServer(config)
+
+
+async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyncio.Event | None = None) -> None:
+    import uvicorn
+
+    from sandbox.api.grpc_server import start_grpc_server
+    from sandbox.api.rest import create_app
+
+    tokens = TokenRegistry.load(settings.tokens_file)
+    host = bind_address(settings, tokens, logger)
+    backend = make_backend(settings.backend)
+    service = SandboxService(backend, logger=logger)
+    grpc_server = await start_grpc_server(service, tokens, host=host, port=settings.grpc_port, logger=logger)
+    app = create_app(service, tokens, logger=logger)
+    config = uvicorn.Config(app, host=host, port=settings.http_port, log_level="warning", lifespan="off")
+    http_server = _embedded_uvicorn(uvicorn, config)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    http_task = asyncio.create_task(http_server.serve())
+    while not http_server.started and not http_task.done():  # noqa: ASYNC110 - uvicorn offers no started event
+        await asyncio.sleep(0.02)
+    if http_task.done():
+        await grpc_server.stop(None)
+        await service.close()
+        http_task.result()
+        raise InvalidArgument(f"the HTTP server could not start on {host}:{settings.http_port}")
+    logger.info("control plane up: gRPC on %s:%s, HTTP on %s:%s", host, settings.grpc_port, host, settings.http_port)
+    if ready is not None:
+        ready.set()
+    try:
+        await asyncio.wait([http_task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        http_server.should_exit = True
+        await grpc_server.stop(grace=5)
+        with contextlib.suppress(asyncio.CancelledError):
+            await http_task
+        await service.close()
+        logger.info("control plane stopped")

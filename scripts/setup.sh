@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Prepares this machine for development and tests: Debian packages, a running dockerd, the virtualenv and the
+# sandbox images. Idempotent; one line per step when there is nothing to do.
+#   SANDBOX_SKIP_IMAGES=1   skip building the images
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=$ROOT/.venv
+STAMP=$VENV/.installed
+DEB_PACKAGES=(docker.io mmdebstrap redis-server chromium xvfb x11vnc novnc websockify python3-venv make git)
+DOCKERD_LOG=/var/log/sandbox-dockerd.log
+DOCKERD_PIDFILE=/var/run/sandbox-dockerd.pid
+DOCKERD_WAIT=60
+
+step() { echo "==> $*"; }
+die() {
+    echo "setup: $*" >&2
+    exit 1
+}
+
+as_root() {
+    if [[ $EUID -eq 0 ]]; then "$@"; else sudo "$@"; fi
+}
+
+missing_packages() {
+    local p
+    for p in "${DEB_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -qx 'install ok installed' || echo "$p"
+    done
+}
+
+install_packages() {
+    local missing
+    mapfile -t missing < <(missing_packages)
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        step "debian packages: installed"
+        return
+    fi
+    step "debian packages: installing ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+start_dockerd() {
+    local i pid
+    if docker info >/dev/null 2>&1; then
+        step "docker: running"
+        return
+    fi
+    step "docker: starting dockerd (log $DOCKERD_LOG)"
+    if [[ -f $DOCKERD_PIDFILE ]]; then
+        pid=$(cat "$DOCKERD_PIDFILE")
+        kill -0 "$pid" 2>/dev/null || as_root rm -f "$DOCKERD_PIDFILE"
+    fi
+    as_root setsid sh -c "exec dockerd --pidfile='$DOCKERD_PIDFILE' >>'$DOCKERD_LOG' 2>&1" </dev/null &
+    for ((i = 0; i < DOCKERD_WAIT; i++)); do
+        docker info >/dev/null 2>&1 && return
+        sleep 1
+    done
+    tail -n 20 "$DOCKERD_LOG" >&2 || true
+    die "dockerd did not answer within ${DOCKERD_WAIT}s; see $DOCKERD_LOG"
+}
+
+find_python() {
+    local candidate
+    for candidate in python3.11 python3; do
+        if command -v "$candidate" >/dev/null &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            command -v "$candidate"
+            return
+        fi
+    done
+    return 1
+}
+
+setup_venv() {
+    local python
+    if [[ ! -x $VENV/bin/python ]]; then
+        python=$(find_python) || die "Python >= 3.11 is needed (python3.11 on PATH)"
+        step "venv: creating $VENV with $python and installing '.[dev]'"
+        "$python" -m venv "$VENV"
+    elif [[ ! -f $STAMP || $ROOT/pyproject.toml -nt $STAMP ]]; then
+        step "venv: pyproject.toml changed, installing '.[dev]'"
+    else
+        step "venv: up to date"
+        return
+    fi
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "${ROOT}[dev]"
+    touch "$STAMP"
+}
+
+generate_stubs() {
+    step "grpc stubs: generating from proto/"
+    bash "$ROOT/scripts/gen_proto.sh" >/dev/null
+}
+
+build_images() {
+    if [[ ${SANDBOX_SKIP_IMAGES:-0} == 1 ]]; then
+        step "images: skipped (SANDBOX_SKIP_IMAGES=1)"
+        return
+    fi
+    if (cd "$ROOT" && "$VENV/bin/python" -m sandbox.backends.docker.images --check >/dev/null); then
+        step "images: up to date"
+        return
+    fi
+    step "images: building"
+    (cd "$ROOT" && "$VENV/bin/python" -m sandbox.backends.docker.images)
+}
+
+install_packages
+start_dockerd
+setup_venv
+generate_stubs
+build_images

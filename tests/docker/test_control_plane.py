@@ -1,0 +1,318 @@
+"""The control plane as users reach it: a real `sandbox server` process, real containers, and the same
+scenario through the gRPC SDK, REST and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import pytest
+from PIL import Image
+
+from sandbox.client import AsyncClient, Client
+from sandbox.client.gym import SandboxEnv
+from sandbox.errors import FailedPrecondition, NotFound
+from tests.conftest import OWNER, RUN_ID
+
+pytestmark = pytest.mark.docker
+
+TOKEN = "tenant-a-token-0123456789"
+OTHER_TOKEN = "tenant-b-token-0123456789"
+SANDBOX_BIN = str(Path(sys.executable).with_name("sandbox"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ControlPlane:
+    grpc_target: str
+    http_url: str
+    process: subprocess.Popen[bytes]
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def control_plane(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    tokens = tmp_path_factory.mktemp("cp") / "tokens.json"
+    tokens.write_text(json.dumps({TOKEN: "alpha", OTHER_TOKEN: "beta"}))
+    grpc_port, http_port = _free_port(), _free_port()
+    log = tmp_path_factory.mktemp("cp-log") / "server.log"
+    log_file = log.open("wb")
+    process = subprocess.Popen(
+        [
+            SANDBOX_BIN, "server", "--host", "127.0.0.1", "--grpc-port", str(grpc_port),
+            "--http-port", str(http_port), "--tokens-file", str(tokens), "--owner", OWNER,
+            "--socket-root", f"/run/sbx-test-{RUN_ID}",
+        ],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{http_port}"
+    try:
+        for _ in range(200):
+            if process.poll() is not None:
+                raise AssertionError(f"server exited: {log.read_text()}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        else:
+            raise AssertionError(f"server never answered: {log.read_text()}")
+        env = {**os.environ, "SANDBOX_TARGET": f"127.0.0.1:{grpc_port}", "SANDBOX_TOKEN": TOKEN}
+        yield ControlPlane(f"127.0.0.1:{grpc_port}", url, process, env)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log_file.close()
+        print(log.read_text()[-3000:])
+
+
+# ---------------------------------------------------------------------------- one scenario, three skins
+
+
+class Driver(Protocol):
+    def create(self, kind: str) -> str: ...
+    def exec(self, sandbox_id: str, cmd: str, *, keep_background: bool = False) -> tuple[int, str]: ...
+    def step(self, sandbox_id: str, action: dict[str, Any]) -> None: ...
+    def screenshot(self, sandbox_id: str) -> bytes: ...
+    def reset(self, sandbox_id: str) -> None: ...
+    def delete(self, sandbox_id: str) -> None: ...
+    def exists(self, sandbox_id: str) -> bool: ...
+    def close(self) -> None: ...
+
+
+class SdkDriver:
+    def __init__(self, cp: ControlPlane) -> None:
+        self.client = Client(cp.grpc_target, token=TOKEN)
+
+    def create(self, kind: str) -> str:
+        return self.client.create(kind=kind).id
+
+    def exec(self, sandbox_id: str, cmd: str, *, keep_background: bool = False) -> tuple[int, str]:
+        result = self.client.get(sandbox_id).exec(cmd, keep_background=keep_background)
+        return result.exit_code or 0, result.stdout
+
+    def step(self, sandbox_id: str, action: dict[str, Any]) -> None:
+        self.client.get(sandbox_id).step(action)
+
+    def screenshot(self, sandbox_id: str) -> bytes:
+        shot = self.client.get(sandbox_id).observe().screenshot
+        assert shot is not None
+        return shot.data
+
+    def reset(self, sandbox_id: str) -> None:
+        self.client.get(sandbox_id).reset()
+
+    def delete(self, sandbox_id: str) -> None:
+        self.client.get(sandbox_id).close()
+
+    def exists(self, sandbox_id: str) -> bool:
+        try:
+            self.client.get(sandbox_id)
+        except NotFound:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class RestDriver:
+    def __init__(self, cp: ControlPlane) -> None:
+        self.http = httpx.Client(base_url=cp.http_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+
+    def _ok(self, response: httpx.Response) -> httpx.Response:
+        assert response.status_code < 300, response.text
+        return response
+
+    def create(self, kind: str) -> str:
+        return str(self._ok(self.http.post("/v1/sandboxes", json={"kind": kind})).json()["id"])
+
+    def exec(self, sandbox_id: str, cmd: str, *, keep_background: bool = False) -> tuple[int, str]:
+        body = {"cmd": cmd, "keep_background": keep_background}
+        result = self._ok(self.http.post(f"/v1/sandboxes/{sandbox_id}/exec", json=body)).json()
+        return result["exit_code"] or 0, result["stdout"]
+
+    def step(self, sandbox_id: str, action: dict[str, Any]) -> None:
+        self._ok(self.http.post(f"/v1/sandboxes/{sandbox_id}/step", json={"action": action}))
+
+    def screenshot(self, sandbox_id: str) -> bytes:
+        response = self._ok(self.http.get(f"/v1/sandboxes/{sandbox_id}/screenshot"))
+        assert response.headers["content-type"] == "image/png"
+        return response.content
+
+    def reset(self, sandbox_id: str) -> None:
+        self._ok(self.http.post(f"/v1/sandboxes/{sandbox_id}/reset"))
+
+    def delete(self, sandbox_id: str) -> None:
+        self._ok(self.http.delete(f"/v1/sandboxes/{sandbox_id}"))
+
+    def exists(self, sandbox_id: str) -> bool:
+        return self.http.get(f"/v1/sandboxes/{sandbox_id}").status_code == 200
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class CliDriver:
+    def __init__(self, cp: ControlPlane, tmp: Path) -> None:
+        self.env = cp.env
+        self.tmp = tmp
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([SANDBOX_BIN, *args], env=self.env, capture_output=True, text=True, timeout=180)
+        if check:
+            assert done.returncode == 0, f"sandbox {' '.join(args)}: {done.stderr}"
+        return done
+
+    def create(self, kind: str) -> str:
+        return self._run("create", kind).stdout.strip()
+
+    def exec(self, sandbox_id: str, cmd: str, *, keep_background: bool = False) -> tuple[int, str]:
+        if keep_background:  # the CLI runs commands in a session, where background jobs live on
+            done = self._run("exec", sandbox_id, "--session", "bg", "--", cmd, check=False)
+        else:
+            done = self._run("exec", sandbox_id, "--", "bash", "-c", cmd, check=False)
+        return done.returncode, done.stdout
+
+    def step(self, sandbox_id: str, action: dict[str, Any]) -> None:
+        self._run("step", sandbox_id, json.dumps(action))
+
+    def screenshot(self, sandbox_id: str) -> bytes:
+        out = self.tmp / f"{sandbox_id}.png"
+        self._run("shot", sandbox_id, "-o", str(out))
+        return out.read_bytes()
+
+    def reset(self, sandbox_id: str) -> None:
+        self._run("reset", sandbox_id)
+
+    def delete(self, sandbox_id: str) -> None:
+        self._run("rm", sandbox_id)
+
+    def exists(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._run("ls").stdout
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("skin", ["grpc-sdk", "rest", "cli"])
+def test_desktop_scenario(control_plane: ControlPlane, skin: str, tmp_path: Path) -> None:
+    driver: Driver
+    if skin == "grpc-sdk":
+        driver = SdkDriver(control_plane)
+    elif skin == "rest":
+        driver = RestDriver(control_plane)
+    else:
+        driver = CliDriver(control_plane, tmp_path)
+
+    sandbox_id = driver.create("desktop")
+    try:
+        code, _ = driver.exec(
+            sandbox_id,
+            "xterm -T typing -geometry 60x10+0+0 -e sh -c 'cat > /workspace/typed.txt' >/dev/null 2>&1 &",
+            keep_background=True,
+        )
+        assert code == 0
+        for _ in range(100):
+            if driver.exec(sandbox_id, "xwininfo -name typing | grep -q IsViewable")[0] == 0:
+                break
+            time.sleep(0.1)
+        before = driver.screenshot(sandbox_id)
+        driver.step(sandbox_id, {"type": "click", "x": 100, "y": 60})
+        driver.step(sandbox_id, {"type": "type_text", "text": "hello from " + skin + "\n"})
+        typed = ""
+        for _ in range(50):
+            typed = driver.exec(sandbox_id, "cat /workspace/typed.txt")[1]
+            if typed:
+                break
+            time.sleep(0.1)
+        assert typed == f"hello from {skin}\n"
+        after = driver.screenshot(sandbox_id)
+        assert Image.open(io.BytesIO(after)).size == (1280, 800)
+        assert before != after, "the screen must show the typing"
+
+        driver.reset(sandbox_id)
+        code, _ = driver.exec(sandbox_id, "test -e /workspace/typed.txt")
+        assert code != 0, "reset must give a fresh /workspace"
+    finally:
+        driver.delete(sandbox_id)
+    try:
+        assert not driver.exists(sandbox_id)
+    finally:
+        driver.close()
+
+
+# ---------------------------------------------------------------------------- load, gym, failures
+
+
+async def test_200_concurrent_steps_over_10_sandboxes(control_plane: ControlPlane) -> None:
+    async with AsyncClient(control_plane.grpc_target, token=TOKEN) as client:
+        sandboxes = await asyncio.gather(*(client.create(kind="terminal") for _ in range(10)))
+        try:
+            steps = [sandboxes[i % 10].step({"type": "exec", "cmd": ["echo", str(i)]}) for i in range(200)]
+            observations = await asyncio.gather(*steps)
+            outputs = [obs.exec.stdout.strip() if obs.exec else None for obs in observations]
+            assert outputs == [str(i) for i in range(200)]
+        finally:
+            await asyncio.gather(*(sb.close() for sb in sandboxes))
+
+
+def test_gym_env_runs_an_episode_on_a_terminal_sandbox(control_plane: ControlPlane) -> None:
+    with Client(control_plane.grpc_target, token=TOKEN) as client:
+        env = SandboxEnv(
+            client,
+            kind="terminal",
+            reward_fn=lambda sandbox, action, obs: 1.0 if obs.exec and "42" in obs.exec.stdout else 0.0,
+            max_steps=3,
+        )
+        try:
+            env.reset()
+            total, steps, truncated = 0.0, 0, False
+            for cmd in ("echo 6", "echo $((6*7))", "echo done"):
+                _obs, reward, terminated, truncated, _info = env.step({"type": "exec", "cmd": cmd})
+                total += reward
+                steps += 1
+                if terminated or truncated:
+                    break
+            assert total == 1.0 and steps == 3 and truncated
+        finally:
+            env.close()
+
+
+def test_tenants_and_a_dead_sandbox(control_plane: ControlPlane, backend: Any) -> None:
+    with (
+        Client(control_plane.grpc_target, token=TOKEN) as alpha,
+        Client(control_plane.grpc_target, token=OTHER_TOKEN) as beta,
+    ):
+        sandbox = alpha.create(kind="terminal")
+        try:
+            with pytest.raises(NotFound):
+                beta.get(sandbox.id)
+            assert sandbox.id not in {s.id for s in beta.list()}
+            backend.client.containers.get(backend.container_name(sandbox.id)).kill()
+            with pytest.raises(FailedPrecondition, match="exited"):
+                sandbox.step({"type": "exec", "cmd": "true"})
+        finally:
+            sandbox.close()
