@@ -15,8 +15,8 @@ run: setup  ## set up whatever is missing, then start the control plane
 	$(VENV)/bin/sandbox server
 
 lint:
-	$(VENV)/bin/ruff check --output-format concise sandbox tests bench
-	$(VENV)/bin/ruff format --check sandbox tests bench
+	$(VENV)/bin/ruff check --output-format concise sandbox tests $(wildcard bench)
+	$(VENV)/bin/ruff format --check sandbox tests $(wildcard bench)
 
 typecheck:
 	$(VENV)/bin/mypy

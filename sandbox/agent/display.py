@@ -46,6 +46,8 @@ PNG_ZLIB_LEVEL = 1
 PNG_BANDS = max(1, min(4, len(os.sched_getaffinity(0))))
 JPEG_DEFAULT_QUALITY = 80
 
+# Chromium counts clicks sent in one burst as separate single clicks; xdotool waits 100 ms between repeats.
+MULTI_CLICK_GAP_SECONDS = 0.03
 DRAG_STEPS = 10
 DRAG_STEP_SECONDS = 0.015
 MAX_SCROLL_CLICKS = 200
@@ -101,8 +103,9 @@ def _keysym_names() -> dict[str, int]:
     for attr, value in vars(XK).items():
         if attr.startswith("XK_"):
             name = attr[3:]
-            if name.lower() not in names or name.islower():
-                names[name.lower()] = value
+            key = name.lower().replace("xf86_", "xf86")  # python-xlib spells XF86AudioMute XF86_AudioMute
+            if key not in names or name.islower():
+                names[key] = value
     return names
 
 
@@ -276,8 +279,9 @@ class _Session:
         x, y, w, h = 0, 0, self.width, self.height
         if region is not None:
             x, y = self.point(region)
-            w = _int_arg(region, "width", 1, self.width - x)
-            h = _int_arg(region, "height", 1, self.height - y)
+            w, h = _int_arg(region, "width", 1, self.width), _int_arg(region, "height", 1, self.height)
+            if x + w > self.width or y + h > self.height:
+                raise bad_request(f"region {w}x{h} at ({x}, {y}) extends past the {self.width}x{self.height} screen")
         if self.shm is not None:
             raw: Any = self.shm.get_image(self.d, self.root, x, y, w, h)
         else:
@@ -336,8 +340,11 @@ class _Session:
     def button(self, button: int, down: bool) -> None:
         xtest.fake_input(self.d, X.ButtonPress if down else X.ButtonRelease, button)
 
-    def click(self, button: int, count: int = 1) -> None:
-        for _ in range(count):
+    def click(self, button: int, count: int = 1, gap: float = MULTI_CLICK_GAP_SECONDS) -> None:
+        for i in range(count):
+            if i and gap:
+                self.d.flush()
+                time.sleep(gap)
             self.button(button, True)
             self.button(button, False)
 
@@ -412,10 +419,10 @@ class _Session:
 class _Keymap:
     """The server's core keyboard map, plus spare keycodes to borrow for keysyms it lacks (xdotool's trick).
 
-    Every keymap change makes each X client re-read the map, and openbox re-grab all its key bindings (~45 ms
-    of its CPU, with the pointer frozen meanwhile if a click is waiting on it), so borrowed keycodes are kept
-    mapped, least recently used first out, and only given back to NoSymbol when the connection closes. A root
-    window property lists them, so that an agent restarted on the same X server takes them over again.
+    Every keymap change makes each X client re-read the map; openbox spends ~40 ms of CPU on each, and a click
+    waits for it meanwhile (its click-to-focus grab freezes the pointer until it catches up). So borrowed keycodes
+    stay mapped, least recently used evicted first, and go back to NoSymbol only when the connection closes. A
+    root window property lists them, so that an agent restarted on the same X server takes them over again.
     """
 
     def __init__(self, d: Any, root: Any) -> None:
@@ -536,8 +543,8 @@ def _scroll(s: _Session, args: dict[str, Any], stop: threading.Event) -> None:
     dx = _int_arg(args, "dx", -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0)
     dy = _int_arg(args, "dy", -MAX_SCROLL_CLICKS, MAX_SCROLL_CLICKS, 0)
     s.move_if_given(args)
-    s.click(_SCROLL_BUTTONS["down" if dy > 0 else "up"], abs(dy))
-    s.click(_SCROLL_BUTTONS["right" if dx > 0 else "left"], abs(dx))
+    s.click(_SCROLL_BUTTONS["down" if dy > 0 else "up"], abs(dy), gap=0)
+    s.click(_SCROLL_BUTTONS["right" if dx > 0 else "left"], abs(dx), gap=0)
 
 
 def _type_text(s: _Session, args: dict[str, Any], stop: threading.Event) -> None:

@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import socket
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,35 +20,14 @@ import pytest_asyncio
 from sandbox.api.grpc_gen import sandbox_pb2 as pb
 from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from sandbox.api.grpc_server import bind_grpc_server, start_grpc_server
-from sandbox.backends.config import FakeConfig
-from sandbox.backends.fake import FakeBackend
 from sandbox.client import AsyncClient, AsyncSandbox, Client, _ops
 from sandbox.client.gym import SandboxEnv
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
 from sandbox.models import Action, Exec, Observation, SandboxKind, SandboxState
 from sandbox.service import SandboxService, TokenRegistry
+from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER, TOKENS
 
-ALPHA = "alpha-token-0123456789"
-BETA = "beta-token-0123456789ab"
-ADMIN = "admin-token-0123456789a"
-TOKENS: dict[str, object] = {ALPHA: "alpha", BETA: "beta", ADMIN: {"tenant": "ops", "admin": True}}
-LOGGER = logging.getLogger("sandbox.test.grpc")
-
-
-@pytest.fixture(scope="module")
-def socket_root() -> Iterator[str]:
-    root = tempfile.mkdtemp(prefix="sbxg-", dir="/tmp")
-    yield root
-    leftovers = os.listdir(root)
-    shutil.rmtree(root, ignore_errors=True)
-    assert not leftovers, f"sandboxes left behind: {leftovers}"
-
-
-@pytest_asyncio.fixture(scope="module")
-async def service(socket_root: str) -> AsyncIterator[SandboxService]:
-    service = SandboxService(FakeBackend(FakeConfig(socket_root=socket_root)), logger=LOGGER)
-    yield service
-    await service.close()
+ALPHA, BETA, ADMIN = ALPHA_TOKEN, BETA_TOKEN, ADMIN_TOKEN
 
 
 @pytest_asyncio.fixture(scope="module")

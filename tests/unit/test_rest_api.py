@@ -7,9 +7,7 @@ import base64
 import json
 import logging
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -17,38 +15,15 @@ import pytest
 import pytest_asyncio
 
 from sandbox.api.rest import MAX_JSON_BODY_BYTES, create_app
-from sandbox.backends.config import FakeConfig
-from sandbox.backends.fake import FakeBackend
 from sandbox.models import Observation, Screenshot
 from sandbox.service import Principal, SandboxService, TokenRegistry
+from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER, TOKENS
 
-ALPHA = {"Authorization": "Bearer alpha-token-0123456789"}
-BETA = {"Authorization": "Bearer beta-token-0123456789ab"}
-ADMIN = {"Authorization": "Bearer admin-token-0123456789a"}
-TOKENS: dict[str, object] = {
-    "alpha-token-0123456789": "alpha",
-    "beta-token-0123456789ab": "beta",
-    "admin-token-0123456789a": {"tenant": "ops", "admin": True},
-}
-LOGGER = logging.getLogger("sandbox.test.rest")
+ALPHA = {"Authorization": f"Bearer {ALPHA_TOKEN}"}
+BETA = {"Authorization": f"Bearer {BETA_TOKEN}"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 JSON = {"content-type": "application/json"}
-
-
-@pytest.fixture(scope="module")
-def socket_root() -> Iterator[str]:
-    root = tempfile.mkdtemp(prefix="sbxf-", dir="/tmp")
-    yield root
-    leftovers = os.listdir(root)
-    shutil.rmtree(root, ignore_errors=True)
-    assert not leftovers, f"sandboxes left behind: {leftovers}"
-
-
-@pytest_asyncio.fixture(scope="module")
-async def service(socket_root: str) -> AsyncIterator[SandboxService]:
-    service = SandboxService(FakeBackend(FakeConfig(socket_root=socket_root)), logger=LOGGER)
-    yield service
-    await service.close()
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -205,7 +205,12 @@ def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
     base_tag = f"{BASE_REPO}/{kind}:{base_hash[:HASH_LEN]}"
     overlay = _overlay_files(recipe_dir / "rootfs")
     dockerfile = _dockerfile(kind, base_tag, has_overlay=bool(overlay))
-    files = (*overlay, ("opt/sandbox/entrypoint.sh", _read(recipe_dir / "entrypoint.sh"), 0o755), *_agent_files())
+    files = (
+        *overlay,
+        ("opt/sandbox/lib.sh", _read(recipe_dir.parent / "common" / "lib.sh"), 0o644),
+        ("opt/sandbox/entrypoint.sh", _read(recipe_dir / "entrypoint.sh"), 0o755),
+        *_agent_files(),
+    )
     image_hash = _digest([base_hash.encode(), dockerfile.encode(), *_flatten(files)])
     return Recipe(kind, packages, base_hash, dockerfile, files, image_hash)
 

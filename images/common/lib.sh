@@ -1,0 +1,106 @@
+# Shared by every image's entrypoint (installed as /opt/sandbox/lib.sh). Services run in the background with their
+# output in $LOG_DIR/<name>.log; nothing is restarted: a dead service stays dead for health checks to see, and the
+# entrypoint shell stays up (reporting exits) until the container is stopped.
+# shellcheck shell=bash
+
+SCREEN="${SANDBOX_SCREEN:-1280x800x24}"
+export DISPLAY="${SANDBOX_DISPLAY:-${DISPLAY:-:0}}"
+export HOME="${HOME:-/home/sandbox}"
+export PYTHONPATH="${PYTHONPATH:-/opt/sandbox-agent}"
+LOG_DIR=/tmp/sandbox-logs
+AGENT_SOCKET=/run/sandbox/agent.sock
+PROFILE_DIR=$HOME/.config/chromium
+
+declare -A NAMES=()
+
+say() { echo "[entrypoint] $*"; }
+
+start() { # start NAME COMMAND...: run in the background, output to $LOG_DIR/NAME.log
+    local name=$1
+    shift
+    "$@" >>"$LOG_DIR/$name.log" 2>&1 &
+    NAMES[$!]=$name
+    say "started $name (pid $!)"
+}
+
+stop_all() {
+    local pids
+    say "stopping"
+    trap - TERM INT
+    mapfile -t pids < <(jobs -p)
+    ((${#pids[@]} == 0)) || kill -TERM "${pids[@]}" 2>/dev/null
+    wait
+    exit 0
+}
+
+begin() { # begin: the first call of every entrypoint
+    mkdir -p "$LOG_DIR"
+    trap stop_all TERM INT
+    say "kind=$SANDBOX_KIND display=$DISPLAY screen=$SCREEN"
+}
+
+start_agent() {
+    start agent python3 -m sandbox.agent --kind "$SANDBOX_KIND" --socket "$AGENT_SOCKET" --display "$DISPLAY"
+}
+
+supervise() { # report each exit, restart nothing, stay up when nothing is left
+    local pid rc
+    while :; do
+        pid=""
+        wait -n -p pid
+        rc=$?
+        [[ -n ${pid:-} ]] || break
+        say "${NAMES[$pid]:-pid $pid} exited with code $rc"
+    done
+    say "no services left running; staying up"
+    while :; do
+        sleep 3600 &
+        wait $!
+    done
+}
+
+start_x() {
+    local n i
+    n=${DISPLAY#*:}
+    n=${n%%.*}
+    rm -f "/tmp/.X$n-lock" "/tmp/.X11-unix/X$n"
+    mkdir -p /tmp/.X11-unix 2>/dev/null
+    start xvfb Xvfb "$DISPLAY" -screen 0 "$SCREEN" -nolisten tcp -ac
+    for ((i = 0; i < 100; i++)); do
+        if xdpyinfo >/dev/null 2>&1; then
+            say "X server ready on $DISPLAY ($SCREEN)"
+            return 0
+        fi
+        sleep 0.1
+    done
+    say "X server on $DISPLAY did not answer within 10s"
+    return 1
+}
+
+start_vnc() { # localhost only: the control plane reaches it through the agent's tunnel
+    start x11vnc x11vnc -display "$DISPLAY" -localhost -rfbport 5900 -forever -shared -nopw -noxdamage -quiet
+}
+
+prepare_chromium_profile() { # downloads land in /workspace; a profile copied from a snapshot starts clean
+    mkdir -p "$PROFILE_DIR/Default"
+    rm -f "$PROFILE_DIR/SingletonLock" "$PROFILE_DIR/SingletonSocket" "$PROFILE_DIR/SingletonCookie"
+    python3 - "$PROFILE_DIR/Default/Preferences" <<'EOF'
+import json
+import sys
+
+path = sys.argv[1]
+try:
+    with open(path) as f:
+        prefs = json.load(f)
+except (OSError, ValueError):
+    prefs = {}
+prefs.setdefault("download", {}).update(
+    {"default_directory": "/workspace", "prompt_for_download": False, "directory_upgrade": True}
+)
+prefs.setdefault("savefile", {})["default_directory"] = "/workspace"
+prefs.setdefault("profile", {}).update({"exit_type": "Normal", "exited_cleanly": True})
+prefs.setdefault("translate", {})["enabled"] = False
+with open(path, "w") as f:
+    json.dump(prefs, f)
+EOF
+}
