@@ -318,7 +318,10 @@ class _Session:
     # Input
 
     def run(
-        self, perform: Callable[[_Session, dict[str, Any], threading.Event], None], args: dict, stop: threading.Event
+        self,
+        perform: Callable[[_Session, dict[str, Any], threading.Event], None],
+        args: dict[str, Any],
+        stop: threading.Event,
     ) -> tuple[int, int]:
         perform(self, args, stop)
         self.d.sync()
