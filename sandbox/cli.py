@@ -53,19 +53,32 @@ def server(
     socket_root: Annotated[
         str, typer.Option(help="Host directory for the sandboxes' agent sockets.")
     ] = "/run/sandbox-platform",
+    state: Annotated[str | None, typer.Option(help="State file of the embedded store.")] = None,
+    redis_url: Annotated[
+        str | None, typer.Option(envvar="SANDBOX_REDIS_URL", help="Share state with other replicas in Redis.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="JSON file of server settings (pools, lifecycle, store); flags win.")
+    ] = None,
 ) -> None:
-    """Run the control plane: Docker backend, gRPC and HTTP in one process."""
-    from sandbox.backends.config import DockerConfig
+    """Run the control plane: Docker backend, state store, gRPC and HTTP in one process."""
+    from pydantic import ValidationError
+
     from sandbox.server import ServerSettings, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = ServerSettings(
-        host=host,
-        grpc_port=grpc_port,
-        http_port=http_port,
-        tokens_file=tokens_file,
-        backend=DockerConfig(owner=owner, socket_root=socket_root),
-    )
+    try:
+        raw: dict[str, Any] = json.loads(config.read_text()) if config else {}
+        raw.update(host=host, grpc_port=grpc_port, http_port=http_port, tokens_file=tokens_file)
+        raw["backend"] = {**raw.get("backend", {}), "type": "docker", "owner": owner, "socket_root": socket_root}
+        if redis_url:
+            raw["store"] = {"type": "redis", "url": redis_url, "namespace": f"sandbox-{owner}"}
+        elif state:
+            raw["store"] = {"type": "embedded", "path": state}
+        settings = ServerSettings.model_validate(raw)
+    except (OSError, ValueError, ValidationError) as e:
+        err_console.print(f"[red]error[/red]: bad server settings: {e}")
+        raise typer.Exit(2) from None
     try:
         asyncio.run(serve(settings, logger=logging.getLogger("sandbox.server")))
     except SandboxError as e:

@@ -78,6 +78,12 @@ class SandboxSpec(Model):
     volumes: tuple[VolumeMount, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels, kept with the sandbox.")
+    snapshot: str | None = Field(None, description="Start from this snapshot of the caller's instead of the image.")
+    ttl_s: float = Field(6 * 3600, gt=0, le=7 * 24 * 3600, description="Lease: deleted this long after creation.")
+    idle_timeout_s: float | None = Field(
+        1800, gt=0, le=7 * 24 * 3600, description="Lease: deleted after this long with no call on it; None: never."
+    )
+    auto_recover: bool = Field(False, description="Replace the sandbox when it fails a health check.")
 
     @field_validator("env", "labels")
     @classmethod
@@ -91,7 +97,7 @@ class SandboxState(enum.StrEnum):
     CREATING = "creating"
     RUNNING = "running"
     UNHEALTHY = "unhealthy"
-    STOPPED = "stopped"
+    EXPIRED = "expired"
     DELETED = "deleted"
 
 
@@ -103,7 +109,19 @@ class SandboxInfo(Model):
     spec: SandboxSpec
     created_at: float
     last_active_at: float
+    expires_at: float
     error: str | None = None
+    replacements: int = Field(0, description="How often a failed sandbox was replaced (auto_recover).")
+
+
+class SnapshotInfo(Model):
+    name: str
+    tenant: str
+    kind: SandboxKind
+    image: str
+    source: str = Field(description="The sandbox it was taken from.")
+    created_at: float
+    warm: int = Field(0, description="Replicas kept running so a reset to it takes no start.")
 
 
 # --------------------------------------------------------------------------- actions

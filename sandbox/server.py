@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox.backends.config import BackendConfig, DockerConfig, make_backend
 from sandbox.errors import InvalidArgument
 from sandbox.service import SandboxService, TokenRegistry
+from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
+from sandbox.service.pools import PoolConfig
+from sandbox.store import EmbeddedStoreConfig, StoreConfig, open_store
 
 LOOPBACK = "127.0.0.1"
 
@@ -27,6 +30,9 @@ class ServerSettings(BaseModel):
     http_port: int = Field(8080, ge=0, le=65535)
     tokens_file: str | None = Field(None, description="JSON {token: tenant | {tenant, admin}}.")
     backend: BackendConfig = Field(default_factory=DockerConfig)
+    store: StoreConfig = Field(default_factory=EmbeddedStoreConfig)
+    pools: list[PoolConfig] = Field(default_factory=list, description="Warm pools kept by the leader replica.")
+    lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
 
 
 def _is_loopback(host: str) -> bool:
@@ -69,8 +75,15 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
 
     tokens = TokenRegistry.load(settings.tokens_file)
     host = bind_address(settings, tokens, logger)
+    store = await open_store(settings.store, logger=logger)
     backend = make_backend(settings.backend)
-    service = SandboxService(backend, logger=logger)
+    service = SandboxService(backend, store, logger=logger)
+    for pool in settings.pools:
+        service.pools.add(
+            pool.spec, backend.image_for(pool.spec), min=pool.min, max=pool.max, max_starting=pool.max_starting
+        )
+    lifecycle = Lifecycle(service, settings.lifecycle, logger=logger)
+    lifecycle_task = asyncio.create_task(lifecycle.run())
     grpc_server = await start_grpc_server(service, tokens, host=host, port=settings.grpc_port, logger=logger)
     app = create_app(service, tokens, logger=logger)
     config = uvicorn.Config(app, host=host, port=settings.http_port, log_level="warning", lifespan="off")
@@ -85,8 +98,10 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
     while not http_server.started and not http_task.done():  # noqa: ASYNC110 - uvicorn offers no started event
         await asyncio.sleep(0.02)
     if http_task.done():
+        lifecycle_task.cancel()
         await grpc_server.stop(None)
         await service.close()
+        await store.close()
         http_task.result()
         raise InvalidArgument(f"the HTTP server could not start on {host}:{settings.http_port}")
     logger.info("control plane up: gRPC on %s:%s, HTTP on %s:%s", host, settings.grpc_port, host, settings.http_port)
@@ -99,5 +114,10 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
         await grpc_server.stop(grace=5)
         with contextlib.suppress(asyncio.CancelledError):
             await http_task
+        lifecycle_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await lifecycle_task
+        await lifecycle.stop()
         await service.close()
+        await store.close()
         logger.info("control plane stopped")

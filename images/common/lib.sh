@@ -104,3 +104,13 @@ with open(path, "w") as f:
     json.dump(prefs, f)
 EOF
 }
+
+run_autostart() { # programs a snapshot recorded (one command line each), started again on boot
+    local file=$HOME/.config/sandbox/autostart line i=0
+    [[ -f $file ]] || return 0
+    while IFS= read -r line; do
+        [[ -n $line ]] || continue
+        i=$((i + 1))
+        start "autostart-$i" bash -c "exec $line"
+    done <"$file"
+}

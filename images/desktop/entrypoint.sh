@@ -28,6 +28,7 @@ prepare_chromium_profile || say "could not write the Chromium preferences"
 if start_x; then
     start openbox openbox --sm-disable
     start_vnc
+    run_autostart
 fi
 start_agent
 supervise

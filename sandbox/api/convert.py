@@ -9,9 +9,11 @@ so), which lets one generic walk over the message descriptors do nearly all the 
   takes the model's default and the model's limits are the only limits.
 
 Enums travel as proto enums named ``<ENUM>_<VALUE>`` (``SANDBOX_KIND_TERMINAL``); value 0
-(``*_UNSPECIFIED``) means "unset". Three shapes differ from the model and are handled by
+(``*_UNSPECIFIED``) means "unset". A few shapes differ from the model and are handled by
 hand: ``Exec.cmd`` (a oneof of a shell string and an argv list), ``Observation.value`` and
-``Observation.info`` (JSON text) and ``Observation.cursor`` (a ``Point``).
+``Observation.info`` (JSON text), ``Observation.cursor`` (a ``Point``) and
+``SandboxSpec.idle_timeout_s`` (an ``IdleTimeout``: seconds or ``never``, since the model's
+``None`` means "no idle timeout" there, not "the default").
 
 Converting a *request* raises :class:`~sandbox.errors.InvalidArgument` naming the bad field.
 """
@@ -26,7 +28,7 @@ from typing import Any, TypeVar
 
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from sandbox import models
 from sandbox.api.grpc_gen import sandbox_pb2 as pb
@@ -180,20 +182,70 @@ def _from_model(message: Message, model: BaseModel) -> Any:
 # --------------------------------------------------------------------------- sandboxes
 
 
+def _fill_spec(message: pb.SandboxSpec, spec: models.SandboxSpec) -> pb.SandboxSpec:
+    fill(message, spec.model_dump(exclude_none=True, exclude={"idle_timeout_s"}))
+    if spec.idle_timeout_s is None:
+        message.idle_timeout_s.never = True
+    else:
+        message.idle_timeout_s.seconds = spec.idle_timeout_s
+    return message
+
+
+def _spec_dict(message: pb.SandboxSpec) -> dict[str, Any]:
+    """Model input from a spec: an unset ``idle_timeout_s`` takes the default, ``never`` is ``None``."""
+    data = to_dict(message)
+    data.pop("idle_timeout_s", None)
+    if message.HasField("idle_timeout_s"):
+        idle = message.idle_timeout_s
+        which = idle.WhichOneof("timeout")
+        if which == "seconds":
+            data["idle_timeout_s"] = idle.seconds
+        elif which == "never" and idle.never:
+            data["idle_timeout_s"] = None
+        else:
+            raise InvalidArgument(
+                "invalid spec: idle_timeout_s: set either seconds or never=true (leave it unset for the default)"
+            )
+    return data
+
+
 def spec_to_proto(spec: models.SandboxSpec) -> pb.SandboxSpec:
-    return _from_model(pb.SandboxSpec(), spec)
+    return _fill_spec(pb.SandboxSpec(), spec)
 
 
 def spec_from_proto(message: pb.SandboxSpec) -> models.SandboxSpec:
-    return validate(models.SandboxSpec, to_dict(message), what="spec")
+    return validate(models.SandboxSpec, _spec_dict(message), what="spec")
 
 
 def info_to_proto(info: models.SandboxInfo) -> pb.SandboxInfo:
-    return _from_model(pb.SandboxInfo(), info)
+    message = pb.SandboxInfo()
+    fill(message, info.model_dump(exclude_none=True, exclude={"spec"}))
+    _fill_spec(message.spec, info.spec)
+    return message
 
 
 def info_from_proto(message: pb.SandboxInfo) -> models.SandboxInfo:
-    return models.SandboxInfo.model_validate(to_dict(message))
+    return models.SandboxInfo.model_validate({**to_dict(message), "spec": _spec_dict(message.spec)})
+
+
+def snapshot_to_proto(info: models.SnapshotInfo) -> pb.SnapshotInfo:
+    return _from_model(pb.SnapshotInfo(), info)
+
+
+def snapshot_from_proto(message: pb.SnapshotInfo) -> models.SnapshotInfo:
+    return models.SnapshotInfo.model_validate(to_dict(message))
+
+
+MAX_TTL_S: float = next(float(m.le) for m in models.SandboxSpec.model_fields["ttl_s"].metadata if hasattr(m, "le"))
+"""The longest lease, the model's own limit on ``SandboxSpec.ttl_s`` (a renewal's limit too)."""
+
+
+class Renewal(models.Model):
+    """A lease renewal's arguments (the REST body of ``/renew``): ``ttl_s`` from now, or the spec's ttl."""
+
+    ttl_s: float | None = Field(
+        None, gt=0, le=MAX_TTL_S, description="Seconds from now; the sandbox's spec.ttl_s when null."
+    )
 
 
 # --------------------------------------------------------------------------- actions

@@ -108,7 +108,33 @@ class SandboxServicer:
 
     @_unary
     async def Reset(self, principal: Principal, request: pb.ResetRequest) -> pb.SandboxInfo:
-        return convert.info_to_proto(await self._service.reset(principal, request.sandbox_id))
+        snapshot = request.snapshot if request.HasField("snapshot") else None
+        return convert.info_to_proto(await self._service.reset(principal, request.sandbox_id, snapshot=snapshot))
+
+    @_unary
+    async def Renew(self, principal: Principal, request: pb.RenewRequest) -> pb.SandboxInfo:
+        ttl_s = request.ttl_s if request.HasField("ttl_s") else None
+        renewal = convert.validate(convert.Renewal, {"ttl_s": ttl_s}, what="renewal")
+        return convert.info_to_proto(await self._service.renew(principal, request.sandbox_id, ttl_s=renewal.ttl_s))
+
+    # ------------------------------------------------------------------ snapshots
+
+    @_unary
+    async def CreateSnapshot(self, principal: Principal, request: pb.CreateSnapshotRequest) -> pb.SnapshotInfo:
+        info = await self._service.snapshot(principal, request.sandbox_id, request.name, warm=request.warm)
+        return convert.snapshot_to_proto(info)
+
+    @_unary
+    async def ListSnapshots(self, principal: Principal, request: pb.ListSnapshotsRequest) -> pb.ListSnapshotsResponse:
+        snapshots = await self._service.list_snapshots(principal)
+        return pb.ListSnapshotsResponse(snapshots=[convert.snapshot_to_proto(s) for s in snapshots])
+
+    @_unary
+    async def DeleteSnapshot(
+        self, principal: Principal, request: pb.DeleteSnapshotRequest
+    ) -> pb.DeleteSnapshotResponse:
+        await self._service.delete_snapshot(principal, request.name)
+        return pb.DeleteSnapshotResponse()
 
     # ------------------------------------------------------------------ acting
 

@@ -17,16 +17,19 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import Field
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandbox import __version__
+from sandbox.api.convert import Renewal
 from sandbox.api.errors import http_status
+from sandbox.api.webview import mount_webview
 from sandbox.errors import SandboxError, Unauthenticated
 from sandbox.models import (
     Action,
@@ -38,10 +41,12 @@ from sandbox.models import (
     Observation,
     SandboxInfo,
     SandboxSpec,
+    SnapshotInfo,
 )
 from sandbox.protocol import MAX_BLOB_BYTES, MAX_HEADER_BYTES
 from sandbox.service.auth import Principal, TokenRegistry
 from sandbox.service.sandboxes import SandboxService
+from sandbox.service.tickets import TicketIssuer
 
 API_PREFIX = "/v1"
 MAX_JSON_BODY_BYTES = MAX_HEADER_BYTES // 2
@@ -78,6 +83,21 @@ class ErrorBody(Model):
 
 class SandboxList(Model):
     sandboxes: list[SandboxInfo]
+
+
+class ResetRequest(Model):
+    snapshot: str | None = Field(
+        None, description="Reset to this snapshot of yours (kept as the sandbox's start from then on)."
+    )
+
+
+class SnapshotRequest(Model):
+    name: str = Field(description="1-63 of [a-z0-9_.-], starting with a letter or digit.")
+    warm: int = Field(0, description="Replicas to keep running (0-32) so a reset to the snapshot takes no start.")
+
+
+class SnapshotList(Model):
+    snapshots: list[SnapshotInfo]
 
 
 class FileList(Model):
@@ -287,8 +307,45 @@ def _routes() -> APIRouter:
         return Response(status_code=204)
 
     @router.post("/sandboxes/{sandbox_id}/reset", tags=["sandboxes"])
-    async def reset_sandbox(sandbox_id: str, caller: Caller, service: Service) -> SandboxInfo:
-        return await service.reset(caller, sandbox_id)
+    async def reset_sandbox(
+        sandbox_id: str, caller: Caller, service: Service, body: Annotated[ResetRequest | None, Body()] = None
+    ) -> SandboxInfo:
+        """Back to the initial state; the body (optional) names a snapshot to reset to instead."""
+        snapshot = body.snapshot if body is not None else None
+        return await service.reset(caller, sandbox_id, snapshot=snapshot)
+
+    @router.post(
+        "/sandboxes/{sandbox_id}/renew",
+        responses={409: {"model": ErrorBody, "description": "The sandbox's lease has already ended."}},
+        tags=["sandboxes"],
+    )
+    async def renew_sandbox(
+        sandbox_id: str, caller: Caller, service: Service, body: Annotated[Renewal | None, Body()] = None
+    ) -> SandboxInfo:
+        """Extend the lease: the sandbox now expires ``ttl_s`` (default: its spec's) from now."""
+        ttl_s = body.ttl_s if body is not None else None
+        return await service.renew(caller, sandbox_id, ttl_s=ttl_s)
+
+    # ------------------------------------------------------------------ snapshots
+
+    @router.post(
+        "/sandboxes/{sandbox_id}/snapshots",
+        status_code=201,
+        responses={409: {"model": ErrorBody, "description": "The sandbox or its backend cannot be snapshotted."}},
+        tags=["snapshots"],
+    )
+    async def create_snapshot(sandbox_id: str, body: SnapshotRequest, caller: Caller, service: Service) -> SnapshotInfo:
+        """Keep the sandbox's file system (and a desktop's GUI apps) as a snapshot of yours."""
+        return await service.snapshot(caller, sandbox_id, body.name, warm=body.warm)
+
+    @router.get("/snapshots", tags=["snapshots"])
+    async def list_snapshots(caller: Caller, service: Service) -> SnapshotList:
+        return SnapshotList(snapshots=await service.list_snapshots(caller))
+
+    @router.delete("/snapshots/{name}", status_code=204, response_class=Response, tags=["snapshots"])
+    async def delete_snapshot(name: str, caller: Caller, service: Service) -> Response:
+        await service.delete_snapshot(caller, name)
+        return Response(status_code=204)
 
     # ------------------------------------------------------------------ acting
 
@@ -399,7 +456,9 @@ def _routes() -> APIRouter:
     return router
 
 
-def create_app(service: SandboxService, tokens: TokenRegistry, *, logger: logging.Logger) -> FastAPI:
+def create_app(
+    service: SandboxService, tokens: TokenRegistry, *, logger: logging.Logger, tickets: TicketIssuer | None = None
+) -> FastAPI:
     """The REST API over ``service``. OpenAPI at ``/openapi.json``, docs at ``/docs``."""
     app = FastAPI(
         title="Sandbox platform",
@@ -420,4 +479,5 @@ def create_app(service: SandboxService, tokens: TokenRegistry, *, logger: loggin
         return Ok()
 
     app.include_router(_routes())
+    mount_webview(app, service=service, tokens=tokens, tickets=tickets or TicketIssuer(), logger=logger)
     return app

@@ -60,12 +60,24 @@ class Backend(abc.ABC):
         """Current engine state; ``RuntimeState.MISSING`` when the engine has no such sandbox."""
 
     @abc.abstractmethod
-    async def list(self) -> list[BackendSandbox]:
+    async def list_sandboxes(self) -> list[BackendSandbox]:
         """Every sandbox this backend instance owns (by its owner label)."""
 
     @abc.abstractmethod
     async def logs(self, sandbox_id: str, *, tail: int = 200) -> str:
         """The sandbox's own output (its services and agent)."""
+
+    def image_for(self, spec: SandboxSpec) -> str:
+        """The image a sandbox of ``spec`` runs when the spec names none."""
+        return spec.image or spec.kind.value
+
+    @abc.abstractmethod
+    async def snapshot(self, sandbox_id: str, name: str) -> str:
+        """Keep the sandbox's file system as an image; returns its reference."""
+
+    @abc.abstractmethod
+    async def collect_snapshots(self, *, keep: set[str]) -> list[str]:
+        """Remove snapshot images not in ``keep`` that no sandbox runs; returns the removed references."""
 
     @abc.abstractmethod
     def agent(self, sandbox_id: str) -> AgentClient:

@@ -89,11 +89,17 @@ class FakeBackend(Backend):
             exit_code=code,
         )
 
-    async def list(self) -> list[BackendSandbox]:
-        return [await self.inspect(i) for i in list(self._procs)]
+    async def list_sandboxes(self) -> list[BackendSandbox]:
+        return [await self.inspect(i) for i in self._procs.copy()]
 
     async def logs(self, sandbox_id: str, *, tail: int = 200) -> str:
         return ""
+
+    async def snapshot(self, sandbox_id: str, name: str) -> str:
+        raise FailedPrecondition("the fake backend cannot take snapshots")
+
+    async def collect_snapshots(self, *, keep: set[str]) -> list[str]:
+        return []
 
     def agent(self, sandbox_id: str) -> AgentClient:
         client = self._agents.get(sandbox_id)

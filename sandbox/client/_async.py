@@ -19,7 +19,7 @@ import grpc
 from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import _ops
 from sandbox.errors import Unavailable
-from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo
+from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, SnapshotInfo
 
 T = TypeVar("T")
 
@@ -54,7 +54,8 @@ class AsyncClient:
         return await _ops.drive_async(op, self._perform)
 
     async def create(self, kind: str, **spec: Any) -> AsyncSandbox:
-        """A new sandbox; ``spec`` takes the fields of ``models.SandboxSpec`` (image, resources, screen, ...)."""
+        """A new sandbox; ``spec`` takes the fields of ``models.SandboxSpec`` (image, resources, screen, ...,
+        ``snapshot`` to start from one, the lease (``ttl_s``, ``idle_timeout_s``: None is never), ``auto_recover``)."""
         return AsyncSandbox(self, await self._run(_ops.create(kind, spec)))
 
     async def get(self, sandbox_id: str) -> AsyncSandbox:
@@ -64,6 +65,14 @@ class AsyncClient:
     async def list(self) -> builtins.list[SandboxInfo]:
         """The sandboxes this caller may see."""
         return await self._run(_ops.list_sandboxes())
+
+    async def snapshots(self) -> builtins.list[SnapshotInfo]:
+        """The snapshots this caller may see (``Sandbox.snapshot`` takes one)."""
+        return await self._run(_ops.list_snapshots())
+
+    async def delete_snapshot(self, name: str) -> None:
+        """Delete one of the caller's snapshots (sandboxes started from it keep running)."""
+        await self._run(_ops.delete_snapshot(name))
 
     async def close(self) -> None:
         """Close the connection; sandboxes keep running."""
@@ -122,10 +131,22 @@ class AsyncSandbox:
         )
         return await self._client._run(op)
 
-    async def reset(self) -> SandboxInfo:
-        """Back to the initial state (a fresh sandbox from the same spec); the refreshed info."""
-        self.info = await self._client._run(_ops.reset(self.id))
+    async def reset(self, snapshot: str | None = None) -> SandboxInfo:
+        """Back to the initial state (a fresh sandbox from the same spec, or from the snapshot named here,
+        which the sandbox keeps from then on); the refreshed info."""
+        self.info = await self._client._run(_ops.reset(self.id, snapshot=snapshot))
         return self.info
+
+    async def renew(self, ttl_s: float | None = None) -> SandboxInfo:
+        """Extend the lease: the sandbox now expires ``ttl_s`` (default: its spec's ttl_s) from now."""
+        self.info = await self._client._run(_ops.renew(self.id, ttl_s=ttl_s))
+        return self.info
+
+    async def snapshot(self, name: str, *, warm: int = 0) -> SnapshotInfo:
+        """Keep the file system (and a desktop's GUI apps) as snapshot ``name`` of the caller's, to create or
+        reset sandboxes from (``client.create(kind, snapshot=name)``, ``reset(snapshot=name)``); ``warm``
+        replicas are kept running so that a reset to it takes no start."""
+        return await self._client._run(_ops.snapshot(self.id, name, warm=warm))
 
     async def refresh(self) -> SandboxInfo:
         """The sandbox's current info (state, last activity)."""

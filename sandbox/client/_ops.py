@@ -38,6 +38,9 @@ CHUNK_BYTES = 16 * 1024 * 1024
 DEADLINE_SLACK_S = 30.0
 """Beyond an operation's own timeout (an exec's, a wait's), how long its RPC may take."""
 
+SNAPSHOT_DEADLINE_S = 600.0
+"""The least deadline of taking a snapshot: the engine copies the sandbox's whole file system."""
+
 CHANNEL_OPTIONS = convert.MESSAGE_SIZE_OPTIONS
 
 
@@ -150,9 +153,39 @@ def delete(sandbox_id: str, *, missing_ok: bool = False) -> Op[None]:
             raise
 
 
-def reset(sandbox_id: str) -> Op[models.SandboxInfo]:
-    reply = yield Call("Reset", pb.ResetRequest(sandbox_id=sandbox_id))
+def reset(sandbox_id: str, *, snapshot: str | None = None) -> Op[models.SandboxInfo]:
+    request = pb.ResetRequest(sandbox_id=sandbox_id)
+    if snapshot is not None:
+        request.snapshot = snapshot
+    reply = yield Call("Reset", request)
     return convert.info_from_proto(reply)
+
+
+def renew(sandbox_id: str, *, ttl_s: float | None = None) -> Op[models.SandboxInfo]:
+    renewal = convert.validate(convert.Renewal, {"ttl_s": ttl_s}, what="renewal")
+    request = pb.RenewRequest(sandbox_id=sandbox_id)
+    if renewal.ttl_s is not None:
+        request.ttl_s = renewal.ttl_s
+    reply = yield Call("Renew", request)
+    return convert.info_from_proto(reply)
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def snapshot(sandbox_id: str, name: str, *, warm: int = 0) -> Op[models.SnapshotInfo]:
+    request = pb.CreateSnapshotRequest(sandbox_id=sandbox_id, name=name, warm=warm)
+    reply = yield Call("CreateSnapshot", request, min_timeout=SNAPSHOT_DEADLINE_S)
+    return convert.snapshot_from_proto(reply)
+
+
+def list_snapshots() -> Op[list[models.SnapshotInfo]]:
+    reply = yield Call("ListSnapshots", pb.ListSnapshotsRequest())
+    return [convert.snapshot_from_proto(s) for s in reply.snapshots]
+
+
+def delete_snapshot(name: str) -> Op[None]:
+    yield Call("DeleteSnapshot", pb.DeleteSnapshotRequest(name=name))
 
 
 # --------------------------------------------------------------------------- acting

@@ -19,7 +19,7 @@ from sandbox.api.grpc_gen import sandbox_pb2 as pb
 from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import _ops
 from sandbox.errors import Unavailable
-from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo
+from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, SnapshotInfo
 
 T = TypeVar("T")
 
@@ -47,7 +47,8 @@ class Client:
         return _ops.drive(op, self._perform)
 
     def create(self, kind: str, **spec: Any) -> Sandbox:
-        """A new sandbox; ``spec`` takes the fields of ``models.SandboxSpec`` (image, resources, screen, ...)."""
+        """A new sandbox; ``spec`` takes the fields of ``models.SandboxSpec`` (image, resources, screen, ...,
+        ``snapshot`` to start from one, the lease (``ttl_s``, ``idle_timeout_s``: None is never), ``auto_recover``)."""
         return Sandbox(self, self._run(_ops.create(kind, spec)))
 
     def get(self, sandbox_id: str) -> Sandbox:
@@ -57,6 +58,14 @@ class Client:
     def list(self) -> builtins.list[SandboxInfo]:
         """The sandboxes this caller may see."""
         return self._run(_ops.list_sandboxes())
+
+    def snapshots(self) -> builtins.list[SnapshotInfo]:
+        """The snapshots this caller may see (``Sandbox.snapshot`` takes one)."""
+        return self._run(_ops.list_snapshots())
+
+    def delete_snapshot(self, name: str) -> None:
+        """Delete one of the caller's snapshots (sandboxes started from it keep running)."""
+        self._run(_ops.delete_snapshot(name))
 
     def close(self) -> None:
         """Close the connection; sandboxes keep running."""
@@ -113,10 +122,22 @@ class Sandbox:
         )
         return self._client._run(op)
 
-    def reset(self) -> SandboxInfo:
-        """Back to the initial state (a fresh sandbox from the same spec); the refreshed info."""
-        self.info = self._client._run(_ops.reset(self.id))
+    def reset(self, snapshot: str | None = None) -> SandboxInfo:
+        """Back to the initial state (a fresh sandbox from the same spec, or from the snapshot named here,
+        which the sandbox keeps from then on); the refreshed info."""
+        self.info = self._client._run(_ops.reset(self.id, snapshot=snapshot))
         return self.info
+
+    def renew(self, ttl_s: float | None = None) -> SandboxInfo:
+        """Extend the lease: the sandbox now expires ``ttl_s`` (default: its spec's ttl_s) from now."""
+        self.info = self._client._run(_ops.renew(self.id, ttl_s=ttl_s))
+        return self.info
+
+    def snapshot(self, name: str, *, warm: int = 0) -> SnapshotInfo:
+        """Keep the file system (and a desktop's GUI apps) as snapshot ``name`` of the caller's, to create or
+        reset sandboxes from (``client.create(kind, snapshot=name)``, ``reset(snapshot=name)``); ``warm``
+        replicas are kept running so that a reset to it takes no start."""
+        return self._client._run(_ops.snapshot(self.id, name, warm=warm))
 
     def refresh(self) -> SandboxInfo:
         """The sandbox's current info (state, last activity)."""

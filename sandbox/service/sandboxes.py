@@ -1,22 +1,32 @@
 """The one service layer behind gRPC, REST, the CLI and the SDK.
 
-Every call names the principal it acts for; a sandbox of another tenant is reported
-exactly like a missing one, so its existence does not leak.
+Every call names the principal it acts for; a sandbox of another tenant is reported exactly
+like a missing one, so its existence does not leak. State lives in the store, so another
+replica, or this one after a restart, serves the same sandboxes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import secrets
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import Any
 
 from sandbox.agent_client import AgentClient
 from sandbox.backends.base import Backend, RuntimeState, probe_health
-from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
+from sandbox.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    SandboxError,
+    Unavailable,
+)
 from sandbox.models import (
     COMPUTER_ACTIONS,
     Action,
@@ -32,35 +42,20 @@ from sandbox.models import (
     SandboxSpec,
     SandboxState,
     Screenshot,
+    SnapshotInfo,
 )
 from sandbox.service.auth import Principal
+from sandbox.service.instances import Instances
+from sandbox.service.pools import Pools
+from sandbox.service.records import SANDBOXES, SNAPSHOTS, SandboxRecord, pool_key, snapshot_key
+from sandbox.service.snapshots import capture_autostart
+from sandbox.store import Store
 
 RECENT_ACTIONS = 50
-
-
-@dataclass
-class _Record:
-    id: str
-    tenant: str
-    spec: SandboxSpec
-    state: SandboxState
-    created_at: float
-    last_active_at: float
-    error: str | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT_ACTIONS))
-
-    def info(self) -> SandboxInfo:
-        return SandboxInfo(
-            id=self.id,
-            tenant=self.tenant,
-            kind=self.spec.kind,
-            state=self.state,
-            spec=self.spec,
-            created_at=self.created_at,
-            last_active_at=self.last_active_at,
-            error=self.error,
-        )
+TOUCH_EVERY_S = 1.0
+"""last_active_at is written at most this often per sandbox (it only feeds the idle timeout)."""
+LOCK_TTL_S = 300.0
+SNAPSHOT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
 
 def new_sandbox_id(kind: SandboxKind) -> str:
@@ -68,68 +63,173 @@ def new_sandbox_id(kind: SandboxKind) -> str:
 
 
 class SandboxService:
-    def __init__(self, backend: Backend, *, logger: logging.Logger) -> None:
+    def __init__(self, backend: Backend, store: Store, *, logger: logging.Logger, replica: str | None = None) -> None:
         self.backend = backend
+        self.store = store
+        self.replica = replica or secrets.token_hex(4)
         self._log = logger
-        self._records: dict[str, _Record] = {}
+        self.instances = Instances(backend, store, logger=logger)
+        self.pools = Pools(self.instances, store, logger=logger)
+        self._recent: dict[str, deque[dict[str, Any]]] = {}
+        self._touched: dict[str, float] = {}
+        self.events: deque[dict[str, Any]] = deque(maxlen=1000)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def create(self, principal: Principal, spec: SandboxSpec) -> SandboxInfo:
+        image = await self._image(principal, spec)
+        sandbox_id = new_sandbox_id(spec.kind)
+        key = pool_key(spec, image)
+        instance = await self.instances.take_warm(key) if self.pools.has(key) else None
+        if instance is None:
+            instance = await self.instances.start(spec, image, sandbox=sandbox_id)
+        else:
+            await self.instances.assign(instance, sandbox_id)
         now = time.time()
-        record = _Record(new_sandbox_id(spec.kind), principal.tenant, spec, SandboxState.CREATING, now, now)
-        self._records[record.id] = record
-        try:
-            await self.backend.create(record.id, spec)
-        except BaseException:
-            self._records.pop(record.id, None)
-            raise
-        record.state = SandboxState.RUNNING
-        self._log.info("created sandbox", extra={"sandbox_id": record.id, "tenant": record.tenant})
+        record = SandboxRecord(
+            id=sandbox_id,
+            tenant=principal.tenant,
+            spec=spec,
+            state=SandboxState.RUNNING,
+            instance=instance,
+            created_at=now,
+            last_active_at=now,
+            expires_at=now + spec.ttl_s,
+        )
+        await self._save(record)
+        self._log.info("created sandbox %s on %s", sandbox_id, instance, extra={"tenant": principal.tenant})
         return record.info()
 
     async def get(self, principal: Principal, sandbox_id: str) -> SandboxInfo:
-        return self._find(principal, sandbox_id).info()
+        return (await self._find(principal, sandbox_id)).info()
 
     async def list_sandboxes(self, principal: Principal) -> list[SandboxInfo]:
-        return [r.info() for r in self._records.values() if principal.can_see(r.tenant)]
+        records = await self.store.all(SANDBOXES)
+        found = [SandboxRecord.model_validate(doc) for doc in records.values()]
+        return [r.info() for r in found if principal.can_see(r.tenant) and r.state is not SandboxState.EXPIRED]
 
     async def delete(self, principal: Principal, sandbox_id: str) -> None:
-        record = self._find(principal, sandbox_id)
-        async with record.lock:
-            record.state = SandboxState.DELETED
-            self._records.pop(sandbox_id, None)
-            await self.backend.destroy(sandbox_id)
+        record = await self._find(principal, sandbox_id, allow_expired=True)
+        async with self._exclusive(sandbox_id):
+            await self.store.delete(SANDBOXES, sandbox_id)
+            self._forget_local(sandbox_id)
+            if record.state is not SandboxState.EXPIRED:
+                self.instances.retire_later(record.instance)
 
-    async def reset(self, principal: Principal, sandbox_id: str) -> SandboxInfo:
-        """Back to the sandbox's initial state: a new container from its image, a fresh /workspace."""
-        record = self._find(principal, sandbox_id)
-        async with record.lock:
-            record.state = SandboxState.CREATING
-            await self.backend.destroy(sandbox_id)
-            try:
-                await self.backend.create(sandbox_id, record.spec)
-            except SandboxError as e:
-                record.state, record.error = SandboxState.UNHEALTHY, f"reset failed: {e.message}"
-                raise
-            record.state, record.error = SandboxState.RUNNING, None
-            record.recent.clear()
-            record.last_active_at = time.time()
+    async def renew(self, principal: Principal, sandbox_id: str, *, ttl_s: float | None = None) -> SandboxInfo:
+        """Extend the lease: the sandbox now lives ``ttl_s`` (default: its spec's ttl) from now."""
+        if ttl_s is not None and not 0 < ttl_s <= 7 * 24 * 3600:
+            raise InvalidArgument("ttl_s must be in (0, 604800] seconds")
+        async with self._exclusive(sandbox_id):
+            record = await self._find(principal, sandbox_id)
+            now = time.time()
+            record.expires_at = now + (ttl_s or record.spec.ttl_s)
+            record.last_active_at = now
+            await self._save(record)
         return record.info()
 
-    async def close(self, *, destroy_sandboxes: bool = True) -> None:
-        """Stop serving. Until records persist across restarts, the sandboxes go with the control plane."""
-        if destroy_sandboxes:
-            await asyncio.gather(*(self.backend.destroy(i) for i in list(self._records)), return_exceptions=True)
-            self._records.clear()
+    async def reset(self, principal: Principal, sandbox_id: str, *, snapshot: str | None = None) -> SandboxInfo:
+        """Back to the sandbox's initial state (its image or snapshot, or ``snapshot``) with a fresh /workspace.
+
+        Fast path: a warm replica of the target is swapped in and the old instance is removed in
+        the background. Otherwise a new instance is started before the old one goes.
+        """
+        record = await self._find(principal, sandbox_id)
+        spec = record.spec if snapshot is None else record.spec.model_copy(update={"snapshot": snapshot})
+        image = await self._image(principal, spec)
+        async with self._exclusive(sandbox_id):
+            record = await self._find(principal, sandbox_id)
+            key = pool_key(spec, image)
+            instance = await self.instances.take_warm(key) if self.pools.has(key) else None
+            if instance is None:
+                instance = await self.instances.start(spec, image, sandbox=sandbox_id)
+            else:
+                await self.instances.assign(instance, sandbox_id)
+            old, record.instance, record.spec = record.instance, instance, spec
+            record.state, record.error, record.last_active_at = SandboxState.RUNNING, None, time.time()
+            await self._save(record)
+            self._recent.pop(sandbox_id, None)
+        self.instances.retire_later(old)
+        return record.info()
+
+    async def close(self) -> None:
+        """Stop serving. Sandboxes live on in the store and the engine for the next start."""
+        await self.pools.drain(remove_warm=False)
+        await self.instances.drain()
         await self.backend.close()
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def snapshot(self, principal: Principal, sandbox_id: str, name: str, *, warm: int = 0) -> SnapshotInfo:
+        """Keep the sandbox's file system, and the GUI apps it runs, under ``name``."""
+        if not SNAPSHOT_NAME.match(name):
+            raise InvalidArgument("snapshot name must be 1-63 of [a-z0-9_.-], starting with a letter or digit")
+        if not 0 <= warm <= 32:
+            raise InvalidArgument("warm must be between 0 and 32")
+        record = await self._find(principal, sandbox_id)
+        if record.spec.kind is SandboxKind.DESKTOP:
+            await capture_autostart(self._agent(record))
+        image = await self.backend.snapshot(record.instance, f"{principal.tenant}.{name}")
+        info = SnapshotInfo(
+            name=name,
+            tenant=principal.tenant,
+            kind=record.spec.kind,
+            image=image,
+            source=sandbox_id,
+            created_at=time.time(),
+            warm=warm,
+        )
+        await self.store.put(SNAPSHOTS, snapshot_key(principal.tenant, name), info.model_dump(mode="json"))
+        self.register_snapshot_pool(info, record.spec)
+        return info
+
+    def register_snapshot_pool(self, info: SnapshotInfo, spec: SandboxSpec) -> None:
+        if info.warm:
+            self.pools.add(spec.model_copy(update={"snapshot": info.name}), info.image, min=info.warm, max=info.warm)
+
+    async def list_snapshots(self, principal: Principal) -> list[SnapshotInfo]:
+        docs = await self.store.all(SNAPSHOTS)
+        snapshots = [SnapshotInfo.model_validate(doc) for doc in docs.values()]
+        return [s for s in snapshots if principal.can_see(s.tenant)]
+
+    async def delete_snapshot(self, principal: Principal, name: str) -> None:
+        key = snapshot_key(principal.tenant, name)
+        doc = await self.store.get(SNAPSHOTS, key)
+        if doc is None:
+            raise NotFound(f"no snapshot {name!r}")
+        info = SnapshotInfo.model_validate(doc)
+        await self.store.delete(SNAPSHOTS, key)
+        for pool in [k for k in list(self.pools._pools) if self.pools._pools[k].image == info.image]:
+            self.pools.remove(pool)
+            while (instance := await self.store.pop(pool)) is not None:
+                self.instances.retire_later(instance)
+        await self.collect_snapshot_images()
+
+    async def collect_snapshot_images(self) -> list[str]:
+        """Remove snapshot images no snapshot names and no instance runs; returns what was removed."""
+        docs = await self.store.all(SNAPSHOTS)
+        named = {str(doc["image"]) for doc in docs.values()}
+        return await self.backend.collect_snapshots(keep=named)
+
+    async def _image(self, principal: Principal, spec: SandboxSpec) -> str:
+        if spec.snapshot is None:
+            return self.backend.image_for(spec)
+        doc = await self.store.get(SNAPSHOTS, snapshot_key(principal.tenant, spec.snapshot))
+        if doc is None:
+            raise NotFound(f"no snapshot {spec.snapshot!r}")
+        info = SnapshotInfo.model_validate(doc)
+        if info.kind is not spec.kind:
+            raise InvalidArgument(
+                f"snapshot {spec.snapshot!r} is of a {info.kind.value} sandbox, not {spec.kind.value}"
+            )
+        return info.image
 
     # ------------------------------------------------------------------ acting
 
     async def step(
         self, principal: Principal, sandbox_id: str, action: Action, *, screenshot: bool = False
     ) -> Observation:
-        record = self._find(principal, sandbox_id)
+        record = await self._find(principal, sandbox_id)
         agent = self._agent(record)
         started = time.perf_counter()
         obs: dict[str, Any] = {}
@@ -157,14 +257,16 @@ class SandboxService:
                 timings["screenshot"] = _ms(shot_started)
         except Unavailable as e:
             raise await self._dead(record, e) from e
-        record.last_active_at = time.time()
-        record.recent.append({"at": record.last_active_at, "action": action.model_dump(mode="json")})
+        await self._touch(record)
+        self._recent.setdefault(sandbox_id, deque(maxlen=RECENT_ACTIONS)).append(
+            {"at": time.time(), "action": action.model_dump(mode="json")}
+        )
         return Observation(**obs, timings_ms={**timings, "total": _ms(started)})
 
     async def observe(
         self, principal: Principal, sandbox_id: str, *, format: str = "png", quality: int = 80
     ) -> Observation:
-        record = self._find(principal, sandbox_id)
+        record = await self._find(principal, sandbox_id)
         agent = self._agent(record)
         started = time.perf_counter()
         obs: dict[str, Any] = {}
@@ -176,13 +278,13 @@ class SandboxService:
                 obs.update(url=page.get("url"), title=page.get("title"))
         except Unavailable as e:
             raise await self._dead(record, e) from e
-        record.last_active_at = time.time()
+        await self._touch(record)
         return Observation(**obs, timings_ms={"total": _ms(started)})
 
     async def screenshot(
         self, principal: Principal, sandbox_id: str, *, format: str = "png", quality: int = 80
     ) -> Screenshot:
-        record = self._find(principal, sandbox_id)
+        record = await self._find(principal, sandbox_id)
         self._require_display(record)
         try:
             return await self._agent(record).screenshot(format=format, quality=quality)
@@ -190,12 +292,12 @@ class SandboxService:
             raise await self._dead(record, e) from e
 
     async def exec(self, principal: Principal, sandbox_id: str, request: Exec) -> ExecResult:
-        record = self._find(principal, sandbox_id)
+        record = await self._find(principal, sandbox_id)
         try:
             result = await self._exec(self._agent(record), request)
         except Unavailable as e:
             raise await self._dead(record, e) from e
-        record.last_active_at = time.time()
+        await self._touch(record)
         return result
 
     async def _exec(self, agent: AgentClient, request: Exec) -> ExecResult:
@@ -213,15 +315,18 @@ class SandboxService:
     async def read_file(
         self, principal: Principal, sandbox_id: str, path: str, *, offset: int = 0, length: int | None = None
     ) -> bytes:
-        return await self._call(principal, sandbox_id, "read_file", path, offset=offset, length=length)
+        data: bytes = await self._call(principal, sandbox_id, "read_file", path, offset=offset, length=length)
+        return data
 
     async def write_file(
         self, principal: Principal, sandbox_id: str, path: str, data: bytes, *, mode: int = 0o644, append: bool = False
     ) -> int:
-        return await self._call(principal, sandbox_id, "write_file", path, data, mode=mode, append=append)
+        size: int = await self._call(principal, sandbox_id, "write_file", path, data, mode=mode, append=append)
+        return size
 
     async def list_files(self, principal: Principal, sandbox_id: str, path: str) -> list[FileInfo]:
-        return await self._call(principal, sandbox_id, "list_dir", path)
+        files: list[FileInfo] = await self._call(principal, sandbox_id, "list_dir", path)
+        return files
 
     async def delete_file(self, principal: Principal, sandbox_id: str, path: str, *, recursive: bool = False) -> None:
         await self._call(principal, sandbox_id, "delete", path, recursive=recursive)
@@ -229,48 +334,131 @@ class SandboxService:
     # ------------------------------------------------------------------ inspection
 
     async def health(self, principal: Principal, sandbox_id: str) -> Health:
-        record = self._find(principal, sandbox_id)
-        health = await probe_health(self.backend, sandbox_id)
-        if not health.ok and record.state is SandboxState.RUNNING:
-            record.state, record.error = SandboxState.UNHEALTHY, _reason(health)
+        record = await self._find(principal, sandbox_id)
+        health = await probe_health(self.backend, record.instance)
+        if not health.ok:
+            await self.mark_failed(record, _reason(health))
         return health
 
     async def logs(self, principal: Principal, sandbox_id: str, *, tail: int = 200) -> str:
-        self._find(principal, sandbox_id)
-        return await self.backend.logs(sandbox_id, tail=tail)
+        record = await self._find(principal, sandbox_id)
+        return await self.backend.logs(record.instance, tail=tail)
 
     async def recent_actions(self, principal: Principal, sandbox_id: str) -> list[dict[str, Any]]:
-        return list(self._find(principal, sandbox_id).recent)
+        await self._find(principal, sandbox_id)
+        return list(self._recent.get(sandbox_id, ()))
+
+    # ------------------------------------------------------------------ failures (also used by the health monitor)
+
+    async def mark_failed(self, record: SandboxRecord, reason: str) -> None:
+        """A sandbox failed: say so, and replace it when its client asked for auto_recover."""
+        self._event("sandbox_failed", record, reason=reason)
+        if record.spec.auto_recover:
+            with contextlib.suppress(SandboxError):
+                await self.recover(record.id, reason)
+                return
+        if record.state is SandboxState.RUNNING:
+            record.state, record.error = SandboxState.UNHEALTHY, reason
+            await self._save(record)
+
+    async def recover(self, sandbox_id: str, reason: str) -> None:
+        """Swap a fresh instance of the sandbox's spec (or snapshot) in for a failed one."""
+        async with self._exclusive(sandbox_id):
+            doc = await self.store.get(SANDBOXES, sandbox_id)
+            if doc is None:
+                return
+            record = SandboxRecord.model_validate(doc)
+            image = await self._image(Principal(record.tenant), record.spec)
+            key = pool_key(record.spec, image)
+            try:
+                instance = await self.instances.take_warm(key) if self.pools.has(key) else None
+                if instance is None:
+                    instance = await self.instances.start(record.spec, image, sandbox=sandbox_id)
+                else:
+                    await self.instances.assign(instance, sandbox_id)
+            except SandboxError as e:
+                record.state, record.error = SandboxState.UNHEALTHY, f"{reason}; replacement failed: {e.message}"
+                await self._save(record)
+                raise
+            old, record.instance = record.instance, instance
+            record.state, record.error, record.replacements = SandboxState.RUNNING, None, record.replacements + 1
+            await self._save(record)
+        self.instances.retire_later(old)
+        self._event("sandbox_replaced", record, reason=reason, old_instance=old)
+
+    async def expire(self, record: SandboxRecord, why: str) -> None:
+        """End a lease: the instance goes; the record stays as a tombstone that explains why."""
+        async with self._exclusive(record.id):
+            record.state, record.error = SandboxState.EXPIRED, f"expired because {why}"
+            await self._save(record)
+            self.instances.retire_later(record.instance)
+        self._event("sandbox_expired", record, reason=why)
+
+    def _event(self, kind: str, record: SandboxRecord, **details: Any) -> None:
+        event = {"at": time.time(), "event": kind, "sandbox_id": record.id, "tenant": record.tenant, **details}
+        self.events.append(event)
+        self._log.warning("%s: %s", kind, details, extra={"sandbox_id": record.id, "tenant": record.tenant})
 
     # ------------------------------------------------------------------ helpers
 
-    def _find(self, principal: Principal, sandbox_id: str) -> _Record:
-        record = self._records.get(sandbox_id)
-        if record is None or not principal.can_see(record.tenant):
+    async def _find(self, principal: Principal, sandbox_id: str, *, allow_expired: bool = False) -> SandboxRecord:
+        doc = await self.store.get(SANDBOXES, sandbox_id) if sandbox_id else None
+        if doc is None:
             raise NotFound(f"no sandbox {sandbox_id!r}")
+        record = SandboxRecord.model_validate(doc)
+        if not principal.can_see(record.tenant):
+            raise NotFound(f"no sandbox {sandbox_id!r}")
+        if record.state is SandboxState.EXPIRED and not allow_expired:
+            raise FailedPrecondition(f"sandbox {sandbox_id} {record.error}; create a new one")
         return record
 
-    def _agent(self, record: _Record) -> AgentClient:
-        if record.state is SandboxState.CREATING:
-            raise FailedPrecondition(f"sandbox {record.id} is still starting")
-        if record.state is SandboxState.UNHEALTHY and record.error:
+    async def _save(self, record: SandboxRecord, *, durable: bool = True) -> None:
+        await self.store.put(SANDBOXES, record.id, record.model_dump(mode="json"), durable=durable)
+
+    async def _touch(self, record: SandboxRecord) -> None:
+        now = time.time()
+        if now - self._touched.get(record.id, 0.0) >= TOUCH_EVERY_S:
+            self._touched[record.id] = now
+            record.last_active_at = now
+            await self._save(record, durable=False)
+
+    def _forget_local(self, sandbox_id: str) -> None:
+        self._recent.pop(sandbox_id, None)
+        self._touched.pop(sandbox_id, None)
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, sandbox_id: str, wait_s: float = 120.0) -> AsyncIterator[None]:
+        """One swap of a sandbox's instance at a time, across replicas."""
+        lock, owner = f"sandbox:{sandbox_id}", f"{self.replica}:{secrets.token_hex(4)}"
+        give_up = time.monotonic() + wait_s
+        while not await self.store.try_lock(lock, owner, LOCK_TTL_S):
+            if time.monotonic() > give_up:
+                raise DeadlineExceeded(f"sandbox {sandbox_id} is busy (reset or recovery in progress)")
+            await asyncio.sleep(0.05)
+        try:
+            yield
+        finally:
+            await self.store.unlock(lock, owner)
+
+    def _agent(self, record: SandboxRecord) -> AgentClient:
+        if record.state is SandboxState.UNHEALTHY:
             raise FailedPrecondition(f"sandbox {record.id} is unhealthy: {record.error}")
-        return self.backend.agent(record.id)
+        return self.backend.agent(record.instance)
 
     async def _call(self, principal: Principal, sandbox_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        record = self._find(principal, sandbox_id)
+        record = await self._find(principal, sandbox_id)
         try:
             result = await getattr(self._agent(record), method)(*args, **kwargs)
         except Unavailable as e:
             raise await self._dead(record, e) from e
-        record.last_active_at = time.time()
+        await self._touch(record)
         return result
 
-    async def _dead(self, record: _Record, cause: Unavailable) -> SandboxError:
+    async def _dead(self, record: SandboxRecord, cause: Unavailable) -> SandboxError:
         """Why a sandbox stopped answering, as the error its caller should see."""
-        state = await self.backend.inspect(record.id)
+        state = await self.backend.inspect(record.instance)
         if state.state is RuntimeState.RUNNING:
-            health = await probe_health(self.backend, record.id)
+            health = await probe_health(self.backend, record.instance)
             if health.ok:
                 return cause  # a passing fault; the sandbox itself is fine
             reason = _reason(health)
@@ -278,15 +466,16 @@ class SandboxService:
             reason = "its container is gone"
         else:
             reason = f"its container exited (code {state.exit_code})"
-        record.state, record.error = SandboxState.UNHEALTHY, reason
-        self._log.warning("sandbox is dead", extra={"sandbox_id": record.id, "reason": reason})
+        await self.mark_failed(record, reason)
+        if record.spec.auto_recover:
+            return Unavailable(f"sandbox {record.id} failed ({reason}) and was replaced; retry the call")
         return FailedPrecondition(f"sandbox {record.id} is not usable: {reason}")
 
-    def _require_display(self, record: _Record) -> None:
+    def _require_display(self, record: SandboxRecord) -> None:
         if not record.spec.kind.has_display:
             raise FailedPrecondition(f"sandbox {record.id} is a {record.spec.kind.value} sandbox with no display")
 
-    def _require_kind(self, record: _Record, kind: SandboxKind, what: str) -> None:
+    def _require_kind(self, record: SandboxRecord, kind: SandboxKind, what: str) -> None:
         if record.spec.kind is not kind:
             raise FailedPrecondition(f"{what} needs a {kind.value} sandbox; {record.id} is {record.spec.kind.value}")
 

@@ -58,7 +58,7 @@ def control_plane(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         [
             SANDBOX_BIN, "server", "--host", "127.0.0.1", "--grpc-port", str(grpc_port),
             "--http-port", str(http_port), "--tokens-file", str(tokens), "--owner", OWNER,
-            "--socket-root", f"/run/sbx-test-{RUN_ID}",
+            "--socket-root", f"/run/sbx-test-{RUN_ID}", "--state", str(log.parent / "state.json"),
         ],
         stdout=log_file,
         stderr=subprocess.STDOUT,
@@ -236,7 +236,7 @@ def test_desktop_scenario(control_plane: ControlPlane, skin: str, tmp_path: Path
         )
         assert code == 0
         for _ in range(100):
-            if driver.exec(sandbox_id, "xwininfo -name typing | grep -q IsViewable")[0] == 0:
+            if driver.exec(sandbox_id, "xdotool search --onlyvisible --name '^typing$'")[0] == 0:
                 break
             time.sleep(0.1)
         before = driver.screenshot(sandbox_id)

@@ -25,7 +25,7 @@ async def _open_xterm(agent: AgentClient, title: str, x: int, out: str) -> None:
     started = await agent.exec(cmd, keep_background=True, env={"LANG": "C.UTF-8"})
     assert started.exit_code == 0, started.stderr
     for _ in range(100):
-        if (await agent.exec(f"xwininfo -name {title} | grep -q IsViewable")).exit_code == 0:
+        if (await agent.exec(f"xdotool search --onlyvisible --name '^{title}$'")).exit_code == 0:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"window {title} never appeared")

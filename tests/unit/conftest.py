@@ -14,6 +14,7 @@ import pytest_asyncio
 from sandbox.backends.config import FakeConfig
 from sandbox.backends.fake import FakeBackend
 from sandbox.service import SandboxService
+from sandbox.store import EmbeddedStore
 
 ALPHA_TOKEN = "alpha-token-0123456789"
 BETA_TOKEN = "beta-token-0123456789ab"
@@ -33,6 +34,10 @@ def socket_root() -> Iterator[str]:
 
 @pytest_asyncio.fixture(scope="module")
 async def service(socket_root: str) -> AsyncIterator[SandboxService]:
-    service = SandboxService(FakeBackend(FakeConfig(socket_root=socket_root)), logger=LOGGER)
+    store = await EmbeddedStore.open(None, logger=LOGGER)
+    backend = FakeBackend(FakeConfig(socket_root=socket_root))
+    service = SandboxService(backend, store, logger=LOGGER)
     yield service
     await service.close()
+    await backend.close()  # the fake's sandboxes are processes of this one: they end with it
+    await store.close()

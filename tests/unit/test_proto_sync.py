@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from sandbox import models
 from sandbox.api import convert
 from sandbox.api.grpc_gen import sandbox_pb2 as pb
+from sandbox.errors import InvalidArgument
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "sandbox" / "api" / "grpc_gen"
@@ -31,6 +32,7 @@ MIRRORED: dict[str, type[BaseModel]] = {
     "VolumeMount": models.VolumeMount,
     "SandboxSpec": models.SandboxSpec,
     "SandboxInfo": models.SandboxInfo,
+    "SnapshotInfo": models.SnapshotInfo,
     "ExecResult": models.ExecResult,
     "Screenshot": models.Screenshot,
     "Observation": models.Observation,
@@ -131,12 +133,25 @@ def test_results_round_trip() -> None:
         volumes=(models.VolumeMount(name="data", path="/data", read_only=True),),
         env={"A": "1"},
         labels={"team": "rl"},
+        snapshot="base.v1",
+        ttl_s=60.5,
+        idle_timeout_s=None,
+        auto_recover=True,
     )
     info = models.SandboxInfo(
         id="desk-1", tenant="t", kind=spec.kind, state=models.SandboxState.UNHEALTHY, spec=spec,
-        created_at=1.5, last_active_at=2.5, error="agent: gone",
+        created_at=1.5, last_active_at=2.5, expires_at=3.5, error="agent: gone", replacements=2,
     )  # fmt: skip
     assert convert.info_from_proto(convert.info_to_proto(info)) == info
+    expired = info.model_copy(
+        update={"state": models.SandboxState.EXPIRED, "spec": spec.model_copy(update={"idle_timeout_s": 5.0})}
+    )
+    assert convert.info_from_proto(convert.info_to_proto(expired)) == expired
+    snapshot = models.SnapshotInfo(
+        name="base.v1", tenant="t", kind=models.SandboxKind.DESKTOP, image="sandbox-snap:t.base.v1", source="desk-1",
+        created_at=4.5, warm=3,
+    )  # fmt: skip
+    assert convert.snapshot_from_proto(convert.snapshot_to_proto(snapshot)) == snapshot
     obs = models.Observation(
         screenshot=models.Screenshot(data=b"\x89PNG\x00", width=2, height=1, format="png"),
         exec=models.ExecResult(exit_code=None, stdout="", stderr="x", timed_out=True),
@@ -158,3 +173,51 @@ def test_mirrored_table_covers_every_model_with_a_message() -> None:
     action_names = {m.__name__ for m in convert.ACTION_TYPES}
     with_message = names & set(pb.DESCRIPTOR.message_types_by_name)
     assert with_message - action_names == set(MIRRORED)
+
+
+# --------------------------------------------------------------------------- SandboxSpec.idle_timeout_s on the wire
+
+
+def test_idle_timeout_unset_is_the_default_and_never_is_none() -> None:
+    default = models.SandboxSpec.model_fields["idle_timeout_s"].default
+    assert default is not None
+    bare = pb.SandboxSpec(kind=pb.SANDBOX_KIND_TERMINAL)
+    assert convert.spec_from_proto(bare).idle_timeout_s == default
+    never = pb.SandboxSpec(kind=pb.SANDBOX_KIND_TERMINAL, idle_timeout_s=pb.IdleTimeout(never=True))
+    assert convert.spec_from_proto(never).idle_timeout_s is None
+    seconds = pb.SandboxSpec(kind=pb.SANDBOX_KIND_TERMINAL, idle_timeout_s=pb.IdleTimeout(seconds=90))
+    assert convert.spec_from_proto(seconds).idle_timeout_s == 90
+    # None leaves the model as an explicit `never`, never as "unset" (which would read back as the default)
+    sent = convert.spec_to_proto(models.SandboxSpec(kind=models.SandboxKind.TERMINAL, idle_timeout_s=None))
+    assert sent.idle_timeout_s.WhichOneof("timeout") == "never" and sent.idle_timeout_s.never
+
+
+@pytest.mark.parametrize(
+    "idle",
+    [pb.IdleTimeout(), pb.IdleTimeout(never=False), pb.IdleTimeout(seconds=0), pb.IdleTimeout(seconds=-1)],
+    ids=["empty", "never-false", "zero", "negative"],
+)
+def test_a_meaningless_idle_timeout_is_invalid(idle: pb.IdleTimeout) -> None:
+    message = pb.SandboxSpec(kind=pb.SANDBOX_KIND_TERMINAL, idle_timeout_s=idle)
+    with pytest.raises(InvalidArgument, match="idle_timeout_s"):
+        convert.spec_from_proto(message)
+
+
+def test_lease_fields_are_validated_by_the_model() -> None:
+    for bad in ({"ttl_s": 0.0}, {"ttl_s": 8 * 24 * 3600.0}):
+        with pytest.raises(InvalidArgument, match="ttl_s"):
+            convert.spec_from_proto(pb.SandboxSpec(kind=pb.SANDBOX_KIND_TERMINAL, **bad))
+    spec = convert.spec_from_proto(
+        pb.SandboxSpec(kind=pb.SANDBOX_KIND_BROWSER, snapshot="s", ttl_s=10, auto_recover=True)
+    )
+    assert (spec.snapshot, spec.ttl_s, spec.auto_recover) == ("s", 10, True)
+    assert convert.MAX_TTL_S == 7 * 24 * 3600
+    with pytest.raises(InvalidArgument, match="ttl_s"):
+        convert.validate(convert.Renewal, {"ttl_s": convert.MAX_TTL_S + 1}, what="renewal")
+
+
+def test_the_removed_state_is_reserved() -> None:
+    descriptor = pb.DESCRIPTOR.enum_types_by_name["SandboxState"]
+    assert 4 not in descriptor.values_by_number  # was STOPPED: never reused
+    assert descriptor.values_by_name["SANDBOX_STATE_DELETED"].number == 5
+    assert descriptor.values_by_name["SANDBOX_STATE_EXPIRED"].number == 6

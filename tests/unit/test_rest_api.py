@@ -329,8 +329,12 @@ async def test_step_on_a_dead_sandbox_is_409_with_the_reason(api: httpx.AsyncCli
     assert await exec_ok(api, sandbox, "echo back") == "back\n"
 
 
-async def test_paths_outside_the_workspace_are_403(api: httpx.AsyncClient, sandbox: str, socket_root: str) -> None:
-    outside = os.path.join(socket_root, sandbox, "outside.txt")  # next to the workspace, not in it
+async def test_paths_outside_the_workspace_are_403(
+    api: httpx.AsyncClient, sandbox: str, socket_root: str, service: SandboxService
+) -> None:
+    record = await service.store.get("sandboxes", sandbox)
+    assert record is not None
+    outside = os.path.join(socket_root, record["instance"], "outside.txt")  # next to the workspace, not in it
     with open(outside, "wb") as f:
         f.write(b"secret")
     files, content = f"/v1/sandboxes/{sandbox}/files", f"/v1/sandboxes/{sandbox}/files/content"

@@ -86,7 +86,22 @@ def test_constructors_match() -> None:
 
 
 def test_the_surface_is_what_the_docs_promise() -> None:
-    assert {"create", "get", "list", "close"} <= set(public(Client))
-    handle = {"id", "step", "step_stream", "observe", "exec", "reset", "refresh", "health", "logs", "close"}
-    assert handle <= set(public(Sandbox))  # plus the instance attributes `info` and `files`
+    assert {"create", "get", "list", "snapshots", "delete_snapshot", "close"} <= set(public(Client))
+    handle = {"id", "step", "step_stream", "observe", "exec", "reset", "renew", "snapshot", "refresh", "health", "logs"}
+    assert handle | {"close"} <= set(public(Sandbox))  # plus the instance attributes `info` and `files`
     assert set(public(Files)) == {"read", "write", "list", "delete", "upload", "download"}
+
+
+def test_lease_and_snapshot_signatures() -> None:
+    def shape(fn: Any) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    positional, keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+    empty = inspect.Parameter.empty
+    assert shape(Sandbox.renew) == [("self", positional, empty), ("ttl_s", positional, None)]
+    assert shape(Sandbox.reset) == [("self", positional, empty), ("snapshot", positional, None)]
+    assert shape(Sandbox.snapshot) == [("self", positional, empty), ("name", positional, empty), ("warm", keyword, 0)]
+    assert shape(Client.snapshots) == [("self", positional, empty)]
+    assert shape(Client.delete_snapshot) == [("self", positional, empty), ("name", positional, empty)]
+    assert str(inspect.signature(Sandbox.snapshot).return_annotation) == "SnapshotInfo"
+    assert str(inspect.signature(Client.snapshots).return_annotation) == "builtins.list[SnapshotInfo]"

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import re
 import shutil
 from collections.abc import Callable
 from datetime import datetime
@@ -40,6 +42,8 @@ from sandbox.protocol import AGENT_SOCKET_NAME, SOCKET_DIR_IN_SANDBOX
 T = TypeVar("T")
 
 CONTAINER_PREFIX = "sbx-"
+SNAPSHOT_REPO = "sandbox-snap"
+LABEL_SNAPSHOT = "sandbox.snapshot"
 VOLUME_PREFIX = "sbxvol-"
 INTERNAL_NETWORK = "sbx-internal"
 SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER)
@@ -260,7 +264,7 @@ class DockerBackend(Backend):
             return BackendSandbox(id=sandbox_id, kind=SandboxKind.TERMINAL, ref="", state=RuntimeState.MISSING)
         return self._describe(container)
 
-    async def list(self) -> list[BackendSandbox]:
+    async def list_sandboxes(self) -> list[BackendSandbox]:
         filters = {"label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"]}
         containers = await _call("list sandboxes", self.client.containers.list, all=True, filters=filters)
         return [self._describe(c) for c in containers if LABEL_ID in c.labels]
@@ -272,6 +276,45 @@ class DockerBackend(Backend):
             return ""
         raw = await _call(f"logs of {sandbox_id}", container.logs, tail=tail, stdout=True, stderr=True)
         return raw.decode("utf-8", errors="replace")
+
+    async def snapshot(self, sandbox_id: str, name: str) -> str:
+        container = await self._get(sandbox_id)
+        repository = f"{SNAPSHOT_REPO}/{self.config.owner.lower()}"
+        tag = re.sub(r"[^a-z0-9_.-]", "-", name.lower())[:120]
+        labels = {**self.owner_labels(), LABEL_SNAPSHOT: name}
+        # pause=True: the file system does not change under the commit.
+        image = await _call(
+            f"snapshot sandbox {sandbox_id}",
+            container.commit,
+            repository=repository,
+            tag=tag,
+            conf={"Labels": {**container.labels, **labels}},
+            pause=True,
+        )
+        return f"{repository}:{tag}" if image.id else ""
+
+    async def collect_snapshots(self, *, keep: set[str]) -> list[str]:
+        filters = {"label": [f"{LABEL_OWNER}={self.config.owner}", LABEL_SNAPSHOT]}
+        images = await _call("list snapshots", self.client.images.list, filters=filters)
+        containers = await _call(
+            "list sandboxes",
+            self.client.containers.list,
+            all=True,
+            filters={"label": f"{LABEL_OWNER}={self.config.owner}"},
+        )
+        in_use = {c.attrs.get("Config", {}).get("Image") for c in containers} | {c.image.id for c in containers}
+        removed = []
+        for image in images:
+            tags = set(image.tags)
+            if tags & keep or tags & in_use or image.id in in_use:
+                continue
+            for tag in tags or {image.id}:
+                try:
+                    await _call(f"remove snapshot {tag}", self.client.images.remove, tag, noprune=False)
+                    removed.append(tag)
+                except SandboxError as e:  # still in use by a container that is starting: next time
+                    logging.getLogger(__name__).info("snapshot %s kept: %s", tag, e.message)
+        return removed
 
     def agent(self, sandbox_id: str) -> AgentClient:
         client = self._agents.get(sandbox_id)

@@ -1,0 +1,316 @@
+"""The developer web view: a live list of the tenant's sandboxes, and a VNC view of one sandbox.
+
+Pages are static files in ``webview_static/`` (no build step); noVNC comes from Debian's ``novnc``
+package and is served under ``/view/novnc/`` (nothing from a CDN). The routes only translate and
+call the service layer, like the REST skin they join.
+
+Access:
+
+- **Tickets** open one sandbox. A bearer-token holder asks ``POST /v1/sandboxes/{id}/tickets``
+  (``{"control": false}``) and opens the returned ``url`` (``/view/{id}?ticket=…``). The ticket
+  authorizes that page, its JSON feed, its log tail and its VNC websocket, for that sandbox only,
+  until it expires (60 s by default); the open page renews it before then (``/view/{id}/renew``:
+  same sandbox, same rights, and only while the holder still sees the sandbox). A view ticket
+  makes a view-only VNC session: the proxy drops input on the server. A ``control`` ticket lets the
+  page's "take control" switch drive the sandbox.
+- **The list page** (``/view``) takes a token once, ``/view?token=…`` or the form it shows; the
+  server answers with an HttpOnly, SameSite=Strict cookie holding a signed session (never the
+  token itself) and redirects to ``/view``. From there ``/view/{id}`` (and ``?control=1``) mints a
+  ticket with that session and redirects to the ticket URL. With no tokens configured (loopback
+  only) everyone is the admin and no login is asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import io
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Request, Response, WebSocket
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from pydantic import Field
+
+from sandbox.api import vnc_proxy
+from sandbox.api.errors import http_status
+from sandbox.errors import FailedPrecondition, NotFound, SandboxError, Unauthenticated
+from sandbox.models import Model, SandboxState
+from sandbox.service.auth import Principal, TokenRegistry
+from sandbox.service.records import SANDBOXES, SandboxRecord
+from sandbox.service.sandboxes import SandboxService
+from sandbox.service.tickets import TicketGrant, TicketIssuer
+
+VIEW = "/view"
+VNC_PORT = 5900
+"""x11vnc inside desktop and browser sandboxes, on the sandbox's loopback; the agent tunnels to it."""
+SESSION_COOKIE = "sandbox_view_session"
+TICKET_HEADER = "X-Sandbox-Ticket"
+STATIC_DIR = Path(__file__).with_name("webview_static")
+DEFAULT_NOVNC_DIR = "/usr/share/novnc"
+THUMBNAIL_SIZE = (320, 200)
+HEALTH_TTL_S = 5.0
+HEALTH_TIMEOUT_S = 3.0
+LOG_TAIL = 200
+
+
+class TicketRequest(Model):
+    control: bool = Field(False, description="Whether the ticket may drive the sandbox (keys, pointer).")
+
+
+class TicketOut(Model):
+    ticket: str
+    url: str = Field(description="The sandbox's view page, relative to the control plane.")
+    expires_at: float
+
+
+def mount_webview(
+    app: FastAPI,
+    *,
+    service: SandboxService,
+    tokens: TokenRegistry,
+    tickets: TicketIssuer,
+    logger: logging.Logger,
+    novnc_dir: str | None = None,
+) -> None:
+    """Add the web view's pages, JSON feeds, websocket and static files to ``app``."""
+    novnc = Path(novnc_dir or os.environ.get("SANDBOX_NOVNC_DIR") or DEFAULT_NOVNC_DIR)
+    if not (novnc / "core" / "rfb.js").is_file():
+        logger.warning("noVNC not found in %s (install Debian's novnc package): the VNC view will not load", novnc)
+    health = _HealthCache(service)
+    pages = {p.name: p.read_text() for p in STATIC_DIR.glob("*.html")}
+
+    def page(name: str, status: int, **values: str) -> Response:
+        """A page of ``webview_static``; its ``{{key}}`` placeholders take the HTML-escaped values."""
+        text = pages[name]
+        for key, value in values.items():
+            text = text.replace("{{" + key + "}}", html.escape(value))
+        return HTMLResponse(text, status_code=status, headers={"Cache-Control": "no-store"})
+
+    bearer = HTTPBearer(auto_error=False)
+
+    # ------------------------------------------------------------------ who is asking
+
+    async def token_holder(request: Request) -> Principal:
+        credentials: HTTPAuthorizationCredentials | None = await bearer(request)
+        if credentials is None and request.headers.get("authorization"):
+            raise Unauthenticated("the Authorization header must read 'Bearer <token>'")
+        return tokens.authenticate(credentials.credentials if credentials else None)
+
+    def session_holder(request: Request) -> Principal:
+        if not tokens.enabled:
+            return tokens.authenticate(None)
+        return tickets.verify_session(request.cookies.get(SESSION_COOKIE))
+
+    def ticket_holder(request: Request, sandbox_id: str) -> TicketGrant:
+        ticket = request.headers.get(TICKET_HEADER) or request.query_params.get("ticket")
+        return tickets.verify(ticket, sandbox_id)
+
+    async def issue(principal: Principal, sandbox_id: str, control: bool) -> TicketOut:
+        await service.get(principal, sandbox_id)  # tenancy: only a sandbox the holder can see
+        ticket = tickets.issue(principal, sandbox_id, control=control)
+        expires_at = tickets.verify(ticket, sandbox_id).expires_at
+        return TicketOut(ticket=ticket, url=f"{VIEW}/{sandbox_id}?ticket={ticket}", expires_at=expires_at)
+
+    # ------------------------------------------------------------------ the ticket office (REST)
+
+    @app.post("/v1/sandboxes/{sandbox_id}/tickets", status_code=201, tags=["web view"])
+    async def create_ticket(sandbox_id: str, request: Request, body: TicketRequest | None = None) -> TicketOut:
+        """A short-lived ticket that opens this sandbox's web view (and nothing else)."""
+        principal = await token_holder(request)
+        return await issue(principal, sandbox_id, (body or TicketRequest()).control)
+
+    # ------------------------------------------------------------------ the list page
+
+    @app.get(VIEW, response_class=HTMLResponse, include_in_schema=False)
+    async def listpage(request: Request, token: str | None = None) -> Response:
+        if token is not None:
+            try:
+                principal = tokens.authenticate(token)
+            except SandboxError as e:
+                return page("login.html", 401, message=e.message)
+            response = RedirectResponse(VIEW, status_code=303)
+            response.set_cookie(
+                SESSION_COOKIE,
+                tickets.issue_session(principal),
+                max_age=int(tickets.session_ttl_s),
+                path=VIEW,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
+            return response
+        try:
+            session_holder(request)
+        except SandboxError:
+            return page("login.html", 401, message="")
+        return page("list.html", 200)
+
+    @app.get(f"{VIEW}/logout", include_in_schema=False)
+    async def logout() -> Response:
+        response = RedirectResponse(VIEW, status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=VIEW)
+        return response
+
+    @app.get(f"{VIEW}/api/sandboxes", include_in_schema=False)
+    async def list_feed(request: Request) -> dict[str, Any]:
+        principal = session_holder(request)
+        sandboxes = await service.list_sandboxes(principal)
+        checks = await asyncio.gather(*(health.get(principal, s.id) for s in sandboxes))
+        return {
+            "tenant": principal.tenant,
+            "admin": principal.admin,
+            "login": tokens.enabled,
+            "now": time.time(),
+            "sandboxes": [
+                {**s.model_dump(mode="json", exclude={"spec"}), "screen": s.spec.screen.model_dump(),
+                 "has_display": s.kind.has_display, "health": check}
+                for s, check in zip(sandboxes, checks, strict=True)
+            ],
+        }  # fmt: skip
+
+    @app.get(
+        f"{VIEW}/api/sandboxes/{{sandbox_id}}/thumbnail",
+        response_class=Response,
+        responses={200: {"content": {"image/jpeg": {}}}},
+        include_in_schema=False,
+    )
+    async def thumbnail(sandbox_id: str, request: Request) -> Response:
+        shot = await service.screenshot(session_holder(request), sandbox_id, format="jpeg", quality=70)
+        data = await asyncio.to_thread(_downscale, shot.data, THUMBNAIL_SIZE)
+        return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
+
+    # ------------------------------------------------------------------ one sandbox
+
+    @app.get(f"{VIEW}/{{sandbox_id}}", response_class=HTMLResponse, include_in_schema=False)
+    async def sandboxpage(
+        sandbox_id: str, request: Request, ticket: str | None = None, control: Annotated[bool, Query()] = False
+    ) -> Response:
+        try:
+            if ticket is None:  # from the list page: trade the session for a ticket
+                out = await issue(session_holder(request), sandbox_id, control)
+                return RedirectResponse(out.url, status_code=303)
+            grant = tickets.verify(ticket, sandbox_id)
+            await service.get(grant.principal, sandbox_id)
+        except SandboxError as e:
+            if ticket is None and isinstance(e, Unauthenticated):
+                e = Unauthenticated("this page needs a ticket: POST /v1/sandboxes/{id}/tickets, then open its url")
+            return page("error.html", http_status(e), message=e.message, sandbox_id=sandbox_id)
+        return page("sandbox.html", 200)
+
+    @app.get(f"{VIEW}/{{sandbox_id}}/actions", include_in_schema=False)
+    async def sandbox_feed(sandbox_id: str, request: Request) -> dict[str, Any]:
+        """The page's poll: the sandbox, what the ticket allows, and its recent actions (newest last)."""
+        grant = ticket_holder(request, sandbox_id)
+        info = await service.get(grant.principal, sandbox_id)
+        actions = await service.recent_actions(grant.principal, sandbox_id)
+        return {
+            "now": time.time(),
+            "sandbox": {**info.model_dump(mode="json", exclude={"spec"}), "screen": info.spec.screen.model_dump(),
+                        "has_display": info.kind.has_display},
+            "grant": {"control": grant.control, "expires_at": grant.expires_at},
+            "actions": actions,
+        }  # fmt: skip
+
+    @app.get(f"{VIEW}/{{sandbox_id}}/logs", response_class=Response, include_in_schema=False)
+    async def sandbox_logs(sandbox_id: str, request: Request) -> Response:
+        grant = ticket_holder(request, sandbox_id)
+        text = await service.logs(grant.principal, sandbox_id, tail=LOG_TAIL)
+        return Response(text, media_type="text/plain; charset=utf-8", headers={"Cache-Control": "no-store"})
+
+    @app.post(f"{VIEW}/{{sandbox_id}}/renew", include_in_schema=False)
+    async def renew(sandbox_id: str, request: Request) -> TicketOut:
+        """A fresh ticket for an open page: the same sandbox and rights, while the holder still sees it."""
+        grant = ticket_holder(request, sandbox_id)
+        return await issue(grant.principal, sandbox_id, grant.control)
+
+    @app.websocket(f"{VIEW}/{{sandbox_id}}/vnc")
+    async def vnc(websocket: WebSocket, sandbox_id: str) -> None:
+        try:
+            grant = tickets.verify(websocket.query_params.get("ticket"), sandbox_id)
+            await service.get(grant.principal, sandbox_id)
+        except SandboxError as e:
+            logger.info("refused a VNC websocket to %s: %s", sandbox_id, e.message)
+            await websocket.close(vnc_proxy.WS_POLICY_VIOLATION, e.message[:120])
+            return
+        try:
+            reader, writer = await _open_vnc(service, grant.principal, sandbox_id)
+        except SandboxError as e:
+            logger.warning("no VNC tunnel to %s: %s", sandbox_id, e.message)
+            await websocket.close(vnc_proxy.WS_INTERNAL_ERROR, e.message[:120])
+            return
+        offered = websocket.scope.get("subprotocols") or []
+        await websocket.accept(subprotocol="binary" if "binary" in offered else None)
+        logger.info("VNC session to %s opened (%s)", sandbox_id, "control" if grant.control else "view only")
+        await vnc_proxy.pump(
+            websocket, reader, writer, view_only=not grant.control, logger=logger, label=f"sandbox {sandbox_id}"
+        )
+
+    # ------------------------------------------------------------------ static files
+
+    app.mount(f"{VIEW}/static", StaticFiles(directory=STATIC_DIR), name="webview-static")
+    app.mount(f"{VIEW}/novnc", StaticFiles(directory=novnc, check_dir=False), name="novnc")
+
+
+async def _open_vnc(
+    service: SandboxService, principal: Principal, sandbox_id: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A byte stream to the sandbox's VNC server, through the agent of the instance now serving it.
+
+    The service has no tunnel method yet, so this reads which instance serves the sandbox from
+    its record (a reset or a recovery swaps instances under a stable public id).
+    """
+    info = await service.get(principal, sandbox_id)  # tenancy first
+    if not info.kind.has_display:
+        raise FailedPrecondition(f"sandbox {sandbox_id} is a {info.kind.value} sandbox with no display")
+    if info.state is SandboxState.UNHEALTHY:
+        raise FailedPrecondition(f"sandbox {sandbox_id} is unhealthy: {info.error}")
+    doc = await service.store.get(SANDBOXES, sandbox_id)
+    if doc is None:
+        raise NotFound(f"no sandbox {sandbox_id!r}")
+    instance = SandboxRecord.model_validate(doc).instance
+    return await service.backend.agent(instance).open_tunnel(VNC_PORT)
+
+
+class _HealthCache:
+    """Each sandbox's health for the list page, probed at most every ``HEALTH_TTL_S``."""
+
+    def __init__(self, service: SandboxService) -> None:
+        self._service = service
+        self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    async def get(self, principal: Principal, sandbox_id: str) -> dict[str, Any]:
+        now = time.monotonic()
+        cached = self._cache.get(sandbox_id)
+        if cached is not None and now - cached[0] < HEALTH_TTL_S:
+            return cached[1]
+        try:
+            health = await asyncio.wait_for(self._service.health(principal, sandbox_id), HEALTH_TIMEOUT_S)
+            result: dict[str, Any] = {"ok": health.ok, "failures": health.failures}
+        except TimeoutError:
+            result = {"ok": False, "failures": {"probe": f"no answer within {HEALTH_TIMEOUT_S:g} s"}}
+        except SandboxError as e:
+            result = {"ok": False, "failures": {"probe": e.message}}
+        self._cache = {k: v for k, v in self._cache.items() if now - v[0] < HEALTH_TTL_S}
+        self._cache[sandbox_id] = (now, result)
+        return result
+
+
+def _downscale(image: bytes, size: tuple[int, int]) -> bytes:
+    """A JPEG no larger than ``size``; blocking, so run it in a thread. Without Pillow, the image as it is."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return image
+
+    with Image.open(io.BytesIO(image)) as picture:
+        small = picture.convert("RGB")
+        small.thumbnail(size)
+        out = io.BytesIO()
+        small.save(out, format="JPEG", quality=75)
+    return out.getvalue()

@@ -1,0 +1,232 @@
+// The sandbox page: a noVNC view (view-only unless the ticket grants control) and the recent actions.
+// The ticket from the URL authorizes every call; the page renews it before it expires.
+import RFB from "/view/novnc/core/rfb.js";
+import { badge, clock, duration, el, failure, summarize } from "/view/static/common.js";
+
+const POLL_MS = 2000;
+const LOG_POLL_MS = 5000;
+const RECONNECTS = 3;
+
+const sandboxId = decodeURIComponent(location.pathname.split("/")[2] || "");
+const params = new URLSearchParams(location.search);
+const view = {
+  ticket: params.get("ticket") || "",
+  grant: null,
+  sandbox: null,
+  rfb: null,
+  connected: false,
+  reconnects: 0,
+  lastActionAt: 0,
+};
+window.sandboxView = view; // for debugging from the console (and for the tests)
+
+const $ = (id) => document.getElementById(id);
+
+function call(path, init = {}) {
+  const headers = { "X-Sandbox-Ticket": view.ticket, ...(init.headers || {}) };
+  return fetch(`/view/${encodeURIComponent(sandboxId)}/${path}`, { cache: "no-store", ...init, headers });
+}
+
+function overlay(text, isError = false) {
+  const node = $("overlay");
+  node.hidden = !text;
+  node.textContent = text || "";
+  node.classList.toggle("error", isError);
+}
+
+function vncStatus(text, cls = "") {
+  const node = $("vnc-status");
+  node.textContent = `VNC: ${text}`;
+  node.className = `status ${cls}`;
+}
+
+// ------------------------------------------------------------------ the feed: sandbox, grant, actions
+
+async function poll() {
+  let body;
+  try {
+    const response = await call("actions");
+    if (!response.ok) throw new Error(await failure(response));
+    body = await response.json();
+  } catch (e) {
+    $("ticket-status").textContent = `not refreshed: ${e.message}`;
+    return false;
+  }
+  const first = view.sandbox === null;
+  view.sandbox = body.sandbox;
+  view.grant = body.grant;
+  render(body);
+  if (first) start();
+  return true;
+}
+
+function render(body) {
+  const s = body.sandbox;
+  document.title = `${s.id} · ${s.kind} · Sandboxes`;
+  $("sandbox-id").textContent = s.id;
+  $("badges").replaceChildren(
+    badge(s.kind, `kind-${s.kind}`), " ", badge(s.state, `state-${s.state}`), " ",
+    body.grant.control ? badge("control ticket", "control") : badge("view only", "viewonly"));
+  const facts = [
+    ["tenant", s.tenant],
+    ["screen", s.has_display ? `${s.screen.width}×${s.screen.height}` : "none (terminal)"],
+    ["age", duration(body.now - s.created_at)],
+    ["last active", `${duration(body.now - s.last_active_at)} ago`],
+  ];
+  if (s.error) facts.push(["error", s.error]);
+  $("facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
+  renderActions(body.actions);
+  if (!s.has_display) renderTerminal(body.actions);
+}
+
+function renderActions(actions) {
+  const list = $("actions");
+  const newest = actions.length ? actions[actions.length - 1].at : 0;
+  const items = actions.slice().reverse().map((entry) => el("li", { class: entry.at > view.lastActionAt && view.lastActionAt ? "fresh" : "" },
+    el("span", { class: "at", text: clock(entry.at) }),
+    el("span", { class: "type", text: entry.action.type }),
+    el("span", { class: "what", text: summarize(entry.action) })));
+  list.replaceChildren(...items);
+  view.lastActionAt = Math.max(view.lastActionAt, newest) || view.lastActionAt;
+  $("no-actions").hidden = actions.length > 0;
+  $("action-count").textContent = actions.length ? `(${actions.length})` : "";
+}
+
+// ------------------------------------------------------------------ terminal sandboxes: a read-only preview
+
+function renderTerminal(actions) {
+  const commands = actions.filter((entry) => entry.action.type === "exec");
+  const lines = commands.map((entry) => el("div", { class: "cmd", title: clock(entry.at), text: summarize(entry.action) }));
+  $("transcript").replaceChildren(...(lines.length ? lines : [el("div", { class: "title", text: "no commands yet" })]));
+}
+
+function startTerminal() {
+  $("controls").hidden = true;
+  overlay("");
+  $("screen").replaceChildren(el("div", { class: "terminal" },
+    el("div", { class: "title", text: `${view.sandbox.kind} sandbox: no display. Commands run through the API (newest last); the sandbox log below.` }),
+    el("div", { id: "transcript" }),
+    el("div", { class: "log", id: "terminal-log", text: "" })));
+  $("logs-box").hidden = true;
+  renderTerminal([]);
+  pollLogs();
+}
+
+async function pollLogs() {
+  const box = $("logs-box");
+  const target = view.sandbox && !view.sandbox.has_display ? $("terminal-log") : (box.open ? $("logs") : null);
+  if (!target) return;
+  const response = await call("logs");
+  target.textContent = response.ok ? await response.text() : `cannot read the log: ${await failure(response)}`;
+  if (target.id === "terminal-log") target.scrollIntoView({ block: "end" });
+}
+
+// ------------------------------------------------------------------ the VNC view
+
+function connect() {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const url = `${scheme}://${location.host}/view/${encodeURIComponent(sandboxId)}/vnc?ticket=${encodeURIComponent(view.ticket)}`;
+  overlay("connecting…");
+  vncStatus("connecting…");
+  const rfb = new RFB($("screen"), url, { shared: true, wsProtocols: ["binary"] });
+  rfb.viewOnly = !$("control").checked;
+  rfb.scaleViewport = $("fit").checked;
+  rfb.clipViewport = false;
+  rfb.showDotCursor = true;
+  rfb.background = "#0f131b";
+  rfb.addEventListener("connect", () => {
+    view.connected = true;
+    view.reconnects = 0;
+    overlay("");
+    vncStatus(view.grant.control ? "connected" : "connected, view only (the server drops input)", "ok");
+  });
+  rfb.addEventListener("disconnect", (event) => {
+    const wasConnected = view.connected;
+    view.connected = false;
+    view.rfb = null;
+    if (view.reconnects < RECONNECTS) {
+      view.reconnects += 1;
+      const why = wasConnected ? "connection lost" : "connection refused";
+      overlay(`${why}; retrying (${view.reconnects}/${RECONNECTS})…`, !event.detail.clean);
+      vncStatus(`${why}, retrying`, "bad");
+      setTimeout(connect, 1500);
+    } else {
+      overlay("The VNC view could not be opened: the ticket may have expired, or the sandbox's VNC server is down. Reload with a new ticket.", true);
+      vncStatus("disconnected", "bad");
+    }
+  });
+  rfb.addEventListener("securityfailure", (event) => {
+    overlay(`VNC security failure: ${event.detail.reason || event.detail.status}`, true);
+  });
+  view.rfb = rfb;
+}
+
+function startVnc() {
+  const control = $("control");
+  const hint = $("control-hint");
+  if (view.grant.control) {
+    control.disabled = false;
+    hint.textContent = "Off: you watch. On: your pointer and keys go to the sandbox.";
+  } else {
+    hint.replaceChildren("This ticket is view-only; the server drops any input. For control, open the page with a control ticket (",
+      el("code", { text: '{"control": true}' }), ") or ", el("a", { href: `/view/${sandboxId}?control=1`, text: "from the list" }), ".");
+  }
+  control.addEventListener("change", () => {
+    if (!view.rfb) return;
+    view.rfb.viewOnly = !control.checked;
+    if (control.checked) view.rfb.focus();
+    vncStatus(control.checked ? "connected, in control" : "connected, watching", "ok");
+  });
+  $("fit").addEventListener("change", () => { if (view.rfb) view.rfb.scaleViewport = $("fit").checked; });
+  if (params.get("fit") === "0") $("fit").checked = false;
+  connect();
+}
+
+function start() {
+  if (view.sandbox.has_display) startVnc();
+  else startTerminal();
+  scheduleRenewal();
+}
+
+// ------------------------------------------------------------------ keeping the ticket fresh
+
+function scheduleRenewal() {
+  const left = view.grant.expires_at - Date.now() / 1000;
+  setTimeout(renew, Math.max(2, left / 2) * 1000);
+  showExpiry();
+}
+
+function showExpiry() {
+  const left = view.grant.expires_at - Date.now() / 1000;
+  $("ticket-status").textContent = left > 0 ? `ticket renews automatically · valid ${duration(left)}` : "ticket expired";
+}
+
+async function renew() {
+  const response = await call("renew", { method: "POST" });
+  if (!response.ok) {
+    $("ticket-status").textContent = `ticket not renewed: ${await failure(response)}`;
+    return;
+  }
+  const body = await response.json();
+  view.ticket = body.ticket;
+  view.grant = { ...view.grant, expires_at: body.expires_at };
+  const url = new URL(location.href);
+  url.searchParams.set("ticket", body.ticket);
+  history.replaceState(null, "", url);
+  scheduleRenewal();
+}
+
+// ------------------------------------------------------------------ go
+
+$("sandbox-id").textContent = sandboxId;
+if (!view.ticket) {
+  overlay("No ticket in the URL: open the url that POST /v1/sandboxes/<id>/tickets returns.", true);
+} else {
+  poll().then((ok) => {
+    if (!ok) overlay("This ticket does not open the sandbox (expired, or for another sandbox).", true);
+  });
+  setInterval(poll, POLL_MS);
+  setInterval(pollLogs, LOG_POLL_MS);
+  $("logs-box").addEventListener("toggle", pollLogs);
+  setInterval(showExpiry, 1000);
+}

@@ -1,0 +1,97 @@
+"""Warm pools: running instances waiting for a sandbox to take them.
+
+A pool is a FIFO queue in the store, so a warm instance is popped by exactly one caller on
+any replica. Only the leader refills, and it counts what it is starting, so the pool never
+holds or starts more than ``max`` at once: instances ever created stay within
+``handed out + max`` — never the over-creation of a refill race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox.errors import SandboxError
+from sandbox.models import SandboxSpec
+from sandbox.service.instances import Instances
+from sandbox.service.records import pool_key
+from sandbox.store import Store
+
+
+class PoolConfig(BaseModel):
+    """A warm pool for one spec (kind, image, resources, screen, network, volumes, env)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    spec: SandboxSpec
+    min: int = Field(2, ge=0, le=1000, description="Warm instances kept ready.")
+    max: int = Field(10, ge=1, le=1000, description="Most warm plus starting instances at once.")
+    max_starting: int = Field(4, ge=1, le=100, description="Most instances started at once.")
+
+
+@dataclass
+class _Pool:
+    key: str
+    spec: SandboxSpec
+    image: str
+    min: int
+    max: int
+    max_starting: int
+    starting: int = 0
+
+
+class Pools:
+    def __init__(self, instances: Instances, store: Store, *, logger: logging.Logger) -> None:
+        self._instances = instances
+        self._store = store
+        self._log = logger
+        self._pools: dict[str, _Pool] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def add(self, spec: SandboxSpec, image: str, *, min: int, max: int, max_starting: int = 4) -> str:
+        key = pool_key(spec, image)
+        self._pools[key] = _Pool(key, spec, image, min, max, max_starting)
+        return key
+
+    def remove(self, key: str) -> None:
+        self._pools.pop(key, None)
+
+    def has(self, key: str) -> bool:
+        return key in self._pools
+
+    async def sizes(self) -> dict[str, int]:
+        return {key: len(await self._store.items(key)) for key in self._pools}
+
+    async def refill(self) -> None:
+        """Start what each pool lacks, within its bounds (leader only; returns without waiting)."""
+        for pool in list(self._pools.values()):
+            ready = len(await self._store.items(pool.key))
+            wanted = min(pool.min - ready - pool.starting, pool.max - ready - pool.starting)
+            wanted = min(wanted, pool.max_starting - pool.starting)
+            for _ in range(max(0, wanted)):
+                pool.starting += 1
+                task = asyncio.create_task(self._start_one(pool))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _start_one(self, pool: _Pool) -> None:
+        try:
+            instance = await self._instances.start(pool.spec, pool.image, pool=pool.key)
+            await self._store.push(pool.key, instance)
+        except SandboxError as e:
+            self._log.warning("could not warm an instance for %s: %s", pool.key, e.message)
+            await asyncio.sleep(1)  # do not spin on a broken image or engine
+        finally:
+            pool.starting -= 1
+
+    async def drain(self, *, remove_warm: bool) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if remove_warm:
+            for key in list(self._pools):
+                while (instance := await self._store.pop(key)) is not None:
+                    await self._instances.retire(instance)

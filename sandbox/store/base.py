@@ -1,0 +1,203 @@
+"""The state-store interface: JSON documents, FIFO queues, leased locks and counters.
+
+Two implementations share it: ``EmbeddedStore`` (one process, one JSON file) and ``RedisStore`` (several
+control-plane replicas, one Redis). The public methods here validate their arguments and the lifecycle once, for
+both; an implementation fills in the ``_``-prefixed abstract methods and receives only checked input.
+
+Errors (see ``sandbox.errors``): ``InvalidArgument`` for a bad name, value or ttl; ``Unavailable`` when the store
+does not answer (Redis down, state file not writable); ``FailedPrecondition`` for a closed store or corrupt state.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import json
+from typing import Any
+
+from sandbox.errors import FailedPrecondition, InvalidArgument
+
+MAX_NAME_LEN = 200
+MAX_TTL_S = 365 * 86400.0
+MAX_COUNTER_STEP = 2**63 - 1  # Redis counters are signed 64-bit
+
+
+class StoreState(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+def check_name(kind: str, name: object) -> str:
+    """A collection, key, queue, item, lock, owner or counter name: a printable string of 1-200 characters."""
+    if not isinstance(name, str):
+        raise InvalidArgument(f"{kind} name must be a string, not {type(name).__name__}")
+    if not name or len(name) > MAX_NAME_LEN:
+        raise InvalidArgument(f"{kind} name must have 1-{MAX_NAME_LEN} characters, got {len(name)}")
+    if not name.isprintable():
+        raise InvalidArgument(f"{kind} name {name!r} holds a non-printable character")
+    return name
+
+
+def encode_document(value: object) -> str:
+    """A document as compact JSON text: the one form both stores keep, so both return the same thing."""
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"a document must be a dict, not {type(value).__name__}")
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"document is not JSON-serializable: {e}") from e
+
+
+def decode_document(text: str | bytes, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise FailedPrecondition(f"corrupt document {where}: {e}") from e
+    if not isinstance(value, dict):
+        raise FailedPrecondition(f"corrupt document {where}: a {type(value).__name__}, not an object")
+    return value
+
+
+class Store(abc.ABC):
+    """Collections of JSON documents, FIFO queues, leased locks and counters.
+
+    Documents: ``collection -> key -> dict`` (anything ``json.dumps`` takes; returned as fresh copies, so tuples
+    come back as lists). Queues: each pushed item is popped by exactly one caller, across replicas. Locks: leased;
+    ``try_lock`` acquires or renews, the lease ends after ``ttl_s`` unless renewed. Counters start at 0.
+    """
+
+    def __init__(self) -> None:
+        self._state = StoreState.NEW
+
+    def _check_open(self) -> None:
+        if self._state is not StoreState.OPEN:
+            raise FailedPrecondition(f"{type(self).__name__} is {self._state.value}; use `await ….open(...)`")
+
+    # documents
+
+    async def get(self, collection: str, key: str) -> dict[str, Any] | None:
+        self._check_open()
+        return await self._get(check_name("collection", collection), check_name("key", key))
+
+    async def put(self, collection: str, key: str, value: dict[str, Any], *, durable: bool = True) -> None:
+        """Write a document. ``durable=False`` may be batched (the embedded store flushes it within its
+        ``flush_interval``); ``durable=True`` is on disk / in Redis before this returns."""
+        self._check_open()
+        text = encode_document(value)
+        await self._put(check_name("collection", collection), check_name("key", key), text, durable=durable)
+
+    async def put_if_absent(self, collection: str, key: str, value: dict[str, Any]) -> bool:
+        """Atomically write the document unless the key exists; True if written (durably)."""
+        self._check_open()
+        text = encode_document(value)
+        return await self._put_if_absent(check_name("collection", collection), check_name("key", key), text)
+
+    async def delete(self, collection: str, key: str) -> bool:
+        """Remove a document (durably); True if it existed."""
+        self._check_open()
+        return await self._delete(check_name("collection", collection), check_name("key", key))
+
+    async def all(self, collection: str) -> dict[str, dict[str, Any]]:
+        self._check_open()
+        return await self._all(check_name("collection", collection))
+
+    # queues
+
+    async def push(self, queue: str, item: str) -> None:
+        """Append an item at the tail of the queue."""
+        self._check_open()
+        await self._push(check_name("queue", queue), check_name("queue item", item))
+
+    async def pop(self, queue: str) -> str | None:
+        """Atomically take the item at the head of the queue; None when it is empty."""
+        self._check_open()
+        return await self._pop(check_name("queue", queue))
+
+    async def remove(self, queue: str, item: str) -> bool:
+        """Remove every occurrence of an item (e.g. a warm sandbox found dead); True if there was one."""
+        self._check_open()
+        return await self._remove(check_name("queue", queue), check_name("queue item", item))
+
+    async def items(self, queue: str) -> list[str]:
+        """The queue's items, head first."""
+        self._check_open()
+        return await self._items(check_name("queue", queue))
+
+    # leased locks
+
+    async def try_lock(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Acquire the lock, or renew it if ``owner`` holds it; it lapses ``ttl_s`` seconds after the last call."""
+        self._check_open()
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not 0 < ttl_s <= MAX_TTL_S:
+            raise InvalidArgument(f"lock ttl must be a number of seconds in (0, {MAX_TTL_S:.0f}], got {ttl_s!r}")
+        return await self._try_lock(check_name("lock", name), check_name("lock owner", owner), float(ttl_s))
+
+    async def unlock(self, name: str, owner: str) -> bool:
+        """Release the lock if ``owner`` holds it; False if someone else (or nobody) does."""
+        self._check_open()
+        return await self._unlock(check_name("lock", name), check_name("lock owner", owner))
+
+    # counters
+
+    async def incr(self, name: str, by: int = 1) -> int:
+        """Add ``by`` (may be negative) and return the new value, durably."""
+        self._check_open()
+        if isinstance(by, bool) or not isinstance(by, int) or abs(by) > MAX_COUNTER_STEP:
+            raise InvalidArgument(f"counter increment must be a 64-bit int, got {by!r}")
+        return await self._incr(check_name("counter", name), by)
+
+    async def counter(self, name: str) -> int:
+        self._check_open()
+        return await self._counter(check_name("counter", name))
+
+    async def close(self) -> None:
+        """Flush and release everything; idempotent. The store refuses calls afterwards."""
+        if self._state is StoreState.CLOSED:
+            return
+        self._state = StoreState.CLOSED
+        await self._close()
+
+    # what an implementation provides; arguments are already checked
+
+    @abc.abstractmethod
+    async def _get(self, collection: str, key: str) -> dict[str, Any] | None: ...
+
+    @abc.abstractmethod
+    async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> None: ...
+
+    @abc.abstractmethod
+    async def _put_if_absent(self, collection: str, key: str, text: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def _delete(self, collection: str, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def _all(self, collection: str) -> dict[str, dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    async def _push(self, queue: str, item: str) -> None: ...
+
+    @abc.abstractmethod
+    async def _pop(self, queue: str) -> str | None: ...
+
+    @abc.abstractmethod
+    async def _remove(self, queue: str, item: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def _items(self, queue: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    async def _try_lock(self, name: str, owner: str, ttl_s: float) -> bool: ...
+
+    @abc.abstractmethod
+    async def _unlock(self, name: str, owner: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def _incr(self, name: str, by: int) -> int: ...
+
+    @abc.abstractmethod
+    async def _counter(self, name: str) -> int: ...
+
+    @abc.abstractmethod
+    async def _close(self) -> None: ...

@@ -1,0 +1,211 @@
+"""Lifecycle at scale, on real containers: warm pools, snapshots and fast reset, health with
+auto-recovery, leases. The service runs in-process here, under an owner label of its own
+(its reconciliation removes containers it does not know of that carry its label)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import docker
+import pytest
+import pytest_asyncio
+
+from sandbox.backends.base import LABEL_OWNER
+from sandbox.backends.config import DockerConfig
+from sandbox.backends.docker.backend import DockerBackend
+from sandbox.errors import FailedPrecondition
+from sandbox.models import Exec, SandboxSpec, SandboxState
+from sandbox.service import Principal, SandboxService
+from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
+from sandbox.service.records import CREATED_COUNTER
+from sandbox.store import EmbeddedStore
+from tests.conftest import OWNER, RUN_ID, TEST_LABEL, require_image
+
+pytestmark = pytest.mark.docker
+
+LOGGER = logging.getLogger("sandbox.test.lifecycle")
+LC_OWNER = f"{OWNER}-lc"
+ALICE = Principal("alice")
+FAST = LifecycleSettings(tick_s=0.2, health_interval_s=1.0, reconcile_interval_s=2.0, orphan_grace_s=0)
+
+
+@pytest_asyncio.fixture
+async def service(docker_client: docker.DockerClient) -> AsyncIterator[SandboxService]:
+    for kind in ("terminal", "desktop"):
+        require_image(docker_client, kind)
+    backend = DockerBackend(DockerConfig(owner=LC_OWNER, socket_root=f"/run/sbx-test-{RUN_ID}-lc"))
+    store = await EmbeddedStore.open(None, logger=LOGGER)
+    service = SandboxService(backend, store, logger=LOGGER)
+    yield service
+    await service.close()
+    await store.close()
+    filters = {"label": f"{LABEL_OWNER}={LC_OWNER}"}
+    for container in docker_client.containers.list(all=True, filters=filters):
+        container.remove(force=True, v=True)
+    for image in docker_client.images.list(filters=filters):
+        with contextlib.suppress(docker.errors.APIError):
+            docker_client.images.remove(image.id, force=True)
+
+
+@contextlib.asynccontextmanager
+async def running(lifecycle: Lifecycle) -> AsyncIterator[Lifecycle]:
+    task = asyncio.create_task(lifecycle.run())
+    try:
+        yield lifecycle
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await lifecycle.stop()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < within:
+        if await check():
+            return time.monotonic() - started
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{what} did not happen within {within:g} s")
+
+
+def _spec(kind: str = "terminal", **extra: Any) -> SandboxSpec:
+    return SandboxSpec.model_validate({"kind": kind, "labels": TEST_LABEL, **extra})
+
+
+async def _sh(service: SandboxService, sandbox_id: str, cmd: str, **options: Any) -> tuple[int | None, str]:
+    result = await service.exec(ALICE, sandbox_id, Exec(cmd=cmd, **options))
+    return result.exit_code, result.stdout
+
+
+async def test_warm_acquire_starts_no_container(service: SandboxService) -> None:
+    spec = _spec()
+    key = service.pools.add(spec, service.backend.image_for(spec), min=2, max=3)
+    lifecycle = Lifecycle(service, FAST, logger=LOGGER)
+    async with running(lifecycle):
+        await eventually(lambda: _has(service, key, 2), 60, "the pool filling")
+    warm = set(await service.store.items(key))
+    created = await service.store.counter(CREATED_COUNTER)
+    containers = {s.id for s in await service.backend.list_sandboxes()}
+
+    info = await service.create(ALICE, spec)
+
+    assert await service.store.counter(CREATED_COUNTER) == created, "a warm acquire must start no container"
+    assert {s.id for s in await service.backend.list_sandboxes()} == containers
+    record = await service.store.get("sandboxes", info.id)
+    assert record is not None and record["instance"] in warm
+    assert (await _sh(service, info.id, "echo warm")) == (0, "warm\n")
+    assert len(await service.store.items(key)) == 1, "a warm instance is handed out once"
+
+
+async def _has(service: SandboxService, key: str, count: int) -> bool:
+    return len(await service.store.items(key)) >= count
+
+
+async def test_snapshot_reset_keeps_files_and_apps_and_drops_later_changes(service: SandboxService) -> None:
+    info = await service.create(ALICE, _spec("desktop"))
+    sid = info.id
+    await _sh(service, sid, "echo kept > /workspace/before.txt")
+    code, _ = await _sh(
+        service,
+        sid,
+        "xterm -T snapapp -geometry 50x8+40+40 -e sh -c 'sleep 100000' >/dev/null 2>&1 &",
+        keep_background=True,
+    )
+    assert code == 0
+    await eventually(lambda: _viewable(service, sid, "snapapp"), 20, "the app window")
+
+    snap = await service.snapshot(ALICE, sid, "before-later", warm=1)
+    assert snap.kind.value == "desktop" and snap.source == sid
+    await _sh(service, sid, "echo gone > /workspace/after.txt; rm /workspace/before.txt")
+
+    lifecycle = Lifecycle(service, FAST, logger=LOGGER)
+    async with running(lifecycle):  # keeps the warm replica of the snapshot ready
+        pool = next(iter(await service.pools.sizes()))
+        await eventually(lambda: _has(service, pool, 1), 60, "the warm replica of the snapshot")
+        warm = set(await service.store.items(pool))
+        started = time.monotonic()
+        await service.reset(ALICE, sid, snapshot="before-later")
+        took = time.monotonic() - started
+    record = await service.store.get("sandboxes", sid)
+    assert record is not None and record["instance"] in warm, "the fast path swaps in the warm replica"
+    assert took < 5, f"a warm reset took {took:.1f} s"
+    assert (await _sh(service, sid, "cat /workspace/before.txt"))[1] == "kept\n"
+    assert (await _sh(service, sid, "test -e /workspace/after.txt"))[0] != 0
+    await eventually(lambda: _viewable(service, sid, "snapapp"), 20, "the snapshot's app on screen")
+    shot = await service.screenshot(ALICE, sid)
+    assert shot.width == 1280 and len(shot.data) > 2000, "the screen shows the app, not an empty desktop"
+
+    # Without a warm replica, reset falls back to a cold start of the snapshot.
+    await _sh(service, sid, "echo again > /workspace/after.txt")
+    await service.reset(ALICE, sid)
+    assert (await _sh(service, sid, "test -e /workspace/after.txt"))[0] != 0
+    assert [s.name for s in await service.list_snapshots(ALICE)] == ["before-later"]
+    await service.delete(ALICE, sid)
+    await service.delete_snapshot(ALICE, "before-later")
+    assert await service.list_snapshots(ALICE) == []
+
+
+async def _viewable(service: SandboxService, sandbox_id: str, title: str) -> bool:
+    return (await _sh(service, sandbox_id, f"xdotool search --onlyvisible --name '^{title}$'"))[0] == 0
+
+
+@pytest.mark.parametrize("auto_recover", [True, False])
+async def test_container_killed_from_outside(service: SandboxService, auto_recover: bool) -> None:
+    info = await service.create(ALICE, _spec(auto_recover=auto_recover))
+    record = await service.store.get("sandboxes", info.id)
+    assert record is not None
+    first = record["instance"]
+    lifecycle = Lifecycle(service, FAST, logger=LOGGER)
+    async with running(lifecycle):
+        await asyncio.sleep(0.5)
+        container = service.backend.client.containers.get(service.backend.container_name(first))  # type: ignore[attr-defined]
+        await asyncio.to_thread(container.kill)
+
+        async def noticed() -> bool:
+            now = await service.get(ALICE, info.id)
+            return now.replacements == 1 if auto_recover else now.state is SandboxState.UNHEALTHY
+
+        took = await eventually(noticed, 5, "noticing the killed container")
+        LOGGER.info("noticed in %.2f s", took)
+        if auto_recover:
+            await eventually(lambda: _alive(service, info.id), 30, "the replacement answering")
+            assert (await _sh(service, info.id, "echo back"))[1] == "back\n"
+        else:
+            with pytest.raises(FailedPrecondition, match="exited"):
+                await _sh(service, info.id, "true")
+
+
+async def _alive(service: SandboxService, sandbox_id: str) -> bool:
+    return (await service.get(ALICE, sandbox_id)).state is SandboxState.RUNNING
+
+
+async def test_ttl_expiry_reclaims_and_renew_extends(service: SandboxService) -> None:
+    info = await service.create(ALICE, _spec(ttl_s=3))
+    lifecycle = Lifecycle(service, FAST, logger=LOGGER)
+    async with running(lifecycle):
+        await asyncio.sleep(1.5)
+        renewed = await service.renew(ALICE, info.id, ttl_s=4)
+        assert renewed.expires_at > info.expires_at + 1
+        await asyncio.sleep(2.5)  # past the first ttl
+        assert (await _sh(service, info.id, "echo alive"))[1] == "alive\n"
+        record = await service.store.get("sandboxes", info.id)
+        assert record is not None
+        instance = record["instance"]
+        await eventually(lambda: _expired(service, info.id), 8, "expiry")
+        await eventually(lambda: _gone(service, instance), 10, "the container's removal")
+    with pytest.raises(FailedPrecondition, match="expired because its ttl"):
+        await _sh(service, info.id, "true")
+
+
+async def _expired(service: SandboxService, sandbox_id: str) -> bool:
+    doc = await service.store.get("sandboxes", sandbox_id)
+    return doc is not None and doc["state"] == "expired"
+
+
+async def _gone(service: SandboxService, instance: str) -> bool:
+    return (await service.backend.inspect(instance)).state.value == "missing"
