@@ -6,11 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,67 +21,35 @@ from sandbox.client import AsyncClient, Client
 from sandbox.client.gym import SandboxEnv
 from sandbox.errors import FailedPrecondition, NotFound
 from tests.conftest import OWNER, RUN_ID
+from tests.docker.servers import SANDBOX_BIN, ServerProcess
 
 pytestmark = pytest.mark.docker
 
 TOKEN = "tenant-a-token-0123456789"
 OTHER_TOKEN = "tenant-b-token-0123456789"
-SANDBOX_BIN = str(Path(sys.executable).with_name("sandbox"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
 class ControlPlane:
     grpc_target: str
     http_url: str
-    process: subprocess.Popen[bytes]
     env: dict[str, str]
 
 
 @pytest.fixture(scope="module")
 def control_plane(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    tokens = tmp_path_factory.mktemp("cp") / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: "alpha", OTHER_TOKEN: "beta"}))
-    grpc_port, http_port = _free_port(), _free_port()
-    log = tmp_path_factory.mktemp("cp-log") / "server.log"
-    log_file = log.open("wb")
-    process = subprocess.Popen(
-        [
-            SANDBOX_BIN, "server", "--host", "127.0.0.1", "--grpc-port", str(grpc_port),
-            "--http-port", str(http_port), "--tokens-file", str(tokens), "--owner", OWNER,
-            "--socket-root", f"/run/sbx-test-{RUN_ID}", "--state", str(log.parent / "state.json"),
-        ],
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{http_port}"
+    server = ServerProcess(
+        tmp_path_factory.mktemp("cp"),
+        owner=OWNER,
+        socket_root=f"/run/sbx-test-{RUN_ID}",
+        tokens={TOKEN: "alpha", OTHER_TOKEN: "beta"},
+    )
     try:
-        for _ in range(200):
-            if process.poll() is not None:
-                raise AssertionError(f"server exited: {log.read_text()}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
-        else:
-            raise AssertionError(f"server never answered: {log.read_text()}")
-        env = {**os.environ, "SANDBOX_TARGET": f"127.0.0.1:{grpc_port}", "SANDBOX_TOKEN": TOKEN}
-        yield ControlPlane(f"127.0.0.1:{grpc_port}", url, process, env)
+        server.start()
+        yield ControlPlane(server.grpc_target, server.http_url, server.env(TOKEN))
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log_file.close()
-        print(log.read_text()[-3000:])
+        server.stop()
+        print(server.log.read_text()[-3000:])
 
 
 # ---------------------------------------------------------------------------- one scenario, three skins

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.docker
 LOGGER = logging.getLogger("sandbox.test.lifecycle")
 LC_OWNER = f"{OWNER}-lc"
 ALICE = Principal("alice")
-FAST = LifecycleSettings(tick_s=0.2, health_interval_s=1.0, reconcile_interval_s=2.0, orphan_grace_s=0)
+FAST = LifecycleSettings(tick_s=0.2, health_interval_s=1.0, reconcile_interval_s=2.0, orphan_grace_s=60)
 
 
 @pytest_asyncio.fixture

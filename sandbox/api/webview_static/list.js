@@ -35,7 +35,7 @@ async function refresh() {
       entry = makeCard(sandbox);
       cards.set(sandbox.id, entry);
     }
-    update(entry, sandbox, body.now);
+    update(entry, sandbox, body.now, body.admin);
     grid.append(entry.card); // keeps the order, moves nothing that is already in place
   }
   for (const [id, entry] of cards) {
@@ -64,22 +64,23 @@ function makeCard(sandbox) {
       parts.badges, parts.facts, parts.error,
       el("div", { class: "actions" },
         el("a", { class: "btn primary", href: `/view/${sandbox.id}`, text: "View" }),
-        el("a", { class: "btn", href: `/view/${sandbox.id}?control=1`, text: "Take control" }))));
+        sandbox.has_display ? el("a", { class: "btn", href: `/view/${sandbox.id}?control=1`, text: "Take control" }) : null)));
   const entry = { card, parts, thumbAt: 0, loading: false, id: sandbox.id };
   return entry;
 }
 
-function update(entry, sandbox, now) {
+function update(entry, sandbox, now, admin) {
   const { parts } = entry;
   parts.badges.replaceChildren(
     badge(sandbox.kind, `kind-${sandbox.kind}`),
     badge(sandbox.state, `state-${sandbox.state}`),
-    badge(`${sandbox.screen.width}×${sandbox.screen.height}`, ""));
+    sandbox.has_display ? badge(`${sandbox.screen.width}×${sandbox.screen.height}`, "") : "");
   const h = sandbox.health;
   parts.health.className = `dot ${h ? (h.ok ? "ok" : "bad") : ""}`;
   parts.health.title = !h ? "health unknown" : h.ok ? "healthy" : Object.entries(h.failures).map(([k, v]) => `${k}: ${v}`).join("\n");
   const facts = [`age ${duration(now - sandbox.created_at)}`, `active ${duration(now - sandbox.last_active_at)} ago`];
-  if (sandbox.tenant) facts.push(`tenant ${sandbox.tenant}`);
+  if (sandbox.expires_at) facts.push(`lease ends in ${duration(sandbox.expires_at - now)}`);
+  if (admin) facts.push(`tenant ${sandbox.tenant}`);
   parts.facts.textContent = facts.join(" · ");
   const problems = [sandbox.error, h && !h.ok ? Object.values(h.failures).join("; ") : null].filter(Boolean);
   parts.error.textContent = problems.join(" — ");

@@ -55,8 +55,8 @@ async function poll() {
   const first = view.sandbox === null;
   view.sandbox = body.sandbox;
   view.grant = body.grant;
-  render(body);
   if (first) start();
+  render(body);
   return true;
 }
 
@@ -73,6 +73,8 @@ function render(body) {
     ["age", duration(body.now - s.created_at)],
     ["last active", `${duration(body.now - s.last_active_at)} ago`],
   ];
+  if (s.expires_at) facts.push(["lease ends", `in ${duration(s.expires_at - body.now)}`]);
+  if (s.replacements) facts.push(["replaced", `${s.replacements}×`]);
   if (s.error) facts.push(["error", s.error]);
   $("facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
   renderActions(body.actions);

@@ -84,6 +84,22 @@ def _created_at(container: Container) -> float:
     return 0.0
 
 
+def _from_summary(summary: dict[str, Any]) -> BackendSandbox:
+    labels = dict(summary.get("Labels") or {})
+    status = str(summary.get("State", ""))
+    state = {"running": RuntimeState.RUNNING, "created": RuntimeState.STARTING, "restarting": RuntimeState.STARTING}
+    exit_code = re.search(r"Exited \((-?\d+)\)", str(summary.get("Status", "")))
+    return BackendSandbox(
+        id=labels.get(LABEL_ID, ""),
+        kind=SandboxKind(labels.get(LABEL_KIND, "terminal")),
+        ref=str(summary.get("Id", "")),
+        state=state.get(status, RuntimeState.EXITED),
+        labels=labels,
+        created_at=float(summary.get("Created") or 0),
+        exit_code=int(exit_code.group(1)) if exit_code else None,
+    )
+
+
 class DockerBackend(Backend):
     name = "docker"
 
@@ -266,8 +282,9 @@ class DockerBackend(Backend):
 
     async def list_sandboxes(self) -> list[BackendSandbox]:
         filters = {"label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"]}
-        containers = await _call("list sandboxes", self.client.containers.list, all=True, filters=filters)
-        return [self._describe(c) for c in containers if LABEL_ID in c.labels]
+        # The low-level listing: containers.list() inspects each one and fails when one goes meanwhile.
+        summaries = await _call("list sandboxes", self.client.api.containers, all=True, filters=filters)
+        return [_from_summary(s) for s in summaries if LABEL_ID in (s.get("Labels") or {})]
 
     async def logs(self, sandbox_id: str, *, tail: int = 200) -> str:
         try:
@@ -298,11 +315,11 @@ class DockerBackend(Backend):
         images = await _call("list snapshots", self.client.images.list, filters=filters)
         containers = await _call(
             "list sandboxes",
-            self.client.containers.list,
+            self.client.api.containers,
             all=True,
             filters={"label": f"{LABEL_OWNER}={self.config.owner}"},
         )
-        in_use = {c.attrs.get("Config", {}).get("Image") for c in containers} | {c.image.id for c in containers}
+        in_use = {c.get("Image") for c in containers} | {c.get("ImageID") for c in containers}
         removed = []
         for image in images:
             tags = set(image.tags)
