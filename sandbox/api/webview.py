@@ -29,9 +29,9 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import FastAPI, Query, Request, Response, WebSocket
+from fastapi import Depends, FastAPI, Request, Response, WebSocket
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
@@ -63,7 +63,7 @@ class TicketRequest(Model):
     control: bool = Field(False, description="Whether the ticket may drive the sandbox (keys, pointer).")
 
 
-class TicketOut(Model):
+class ViewTicket(Model):
     ticket: str
     url: str = Field(description="The sandbox's view page, relative to the control plane.")
     expires_at: float
@@ -92,15 +92,21 @@ def mount_webview(
             text = text.replace("{{" + key + "}}", html.escape(value))
         return HTMLResponse(text, status_code=status, headers={"Cache-Control": "no-store"})
 
-    bearer = HTTPBearer(auto_error=False)
+    bearer = HTTPBearer(auto_error=False, description="A token from the server's token file.")
 
     # ------------------------------------------------------------------ who is asking
 
-    async def token_holder(request: Request) -> Principal:
-        credentials: HTTPAuthorizationCredentials | None = await bearer(request)
+    # Dependencies local to this mount go in defaults: string annotations cannot name closure locals.
+    bearer_credentials = Depends(bearer)
+
+    async def token_holder(
+        request: Request, credentials: HTTPAuthorizationCredentials | None = bearer_credentials
+    ) -> Principal:
         if credentials is None and request.headers.get("authorization"):
             raise Unauthenticated("the Authorization header must read 'Bearer <token>'")
         return tokens.authenticate(credentials.credentials if credentials else None)
+
+    bearer_caller = Depends(token_holder)
 
     def session_holder(request: Request) -> Principal:
         if not tokens.enabled:
@@ -111,24 +117,25 @@ def mount_webview(
         ticket = request.headers.get(TICKET_HEADER) or request.query_params.get("ticket")
         return tickets.verify(ticket, sandbox_id)
 
-    async def issue(principal: Principal, sandbox_id: str, control: bool) -> TicketOut:
+    async def issue(principal: Principal, sandbox_id: str, control: bool) -> ViewTicket:
         await service.get(principal, sandbox_id)  # tenancy: only a sandbox the holder can see
         ticket = tickets.issue(principal, sandbox_id, control=control)
         expires_at = tickets.verify(ticket, sandbox_id).expires_at
-        return TicketOut(ticket=ticket, url=f"{VIEW}/{sandbox_id}?ticket={ticket}", expires_at=expires_at)
+        return ViewTicket(ticket=ticket, url=f"{VIEW}/{sandbox_id}?ticket={ticket}", expires_at=expires_at)
 
     # ------------------------------------------------------------------ the ticket office (REST)
 
     @app.post("/v1/sandboxes/{sandbox_id}/tickets", status_code=201, tags=["web view"])
-    async def create_ticket(sandbox_id: str, request: Request, body: TicketRequest | None = None) -> TicketOut:
-        """A short-lived ticket that opens this sandbox's web view (and nothing else)."""
-        principal = await token_holder(request)
-        return await issue(principal, sandbox_id, (body or TicketRequest()).control)
+    async def create_ticket(
+        sandbox_id: str, body: TicketRequest | None = None, caller: Principal = bearer_caller
+    ) -> ViewTicket:
+        """A short-lived ticket that opens this sandbox's web view (``url``), and no other sandbox."""
+        return await issue(caller, sandbox_id, (body or TicketRequest()).control)
 
     # ------------------------------------------------------------------ the list page
 
     @app.get(VIEW, response_class=HTMLResponse, include_in_schema=False)
-    async def listpage(request: Request, token: str | None = None) -> Response:
+    async def list_page(request: Request, token: str | None = None) -> Response:
         if token is not None:
             try:
                 principal = tokens.authenticate(token)
@@ -188,8 +195,8 @@ def mount_webview(
     # ------------------------------------------------------------------ one sandbox
 
     @app.get(f"{VIEW}/{{sandbox_id}}", response_class=HTMLResponse, include_in_schema=False)
-    async def sandboxpage(
-        sandbox_id: str, request: Request, ticket: str | None = None, control: Annotated[bool, Query()] = False
+    async def sandbox_page(
+        sandbox_id: str, request: Request, ticket: str | None = None, control: bool = False
     ) -> Response:
         try:
             if ticket is None:  # from the list page: trade the session for a ticket
@@ -224,7 +231,7 @@ def mount_webview(
         return Response(text, media_type="text/plain; charset=utf-8", headers={"Cache-Control": "no-store"})
 
     @app.post(f"{VIEW}/{{sandbox_id}}/renew", include_in_schema=False)
-    async def renew(sandbox_id: str, request: Request) -> TicketOut:
+    async def renew(sandbox_id: str, request: Request) -> ViewTicket:
         """A fresh ticket for an open page: the same sandbox and rights, while the holder still sees it."""
         grant = ticket_holder(request, sandbox_id)
         return await issue(grant.principal, sandbox_id, grant.control)
@@ -254,7 +261,8 @@ def mount_webview(
     # ------------------------------------------------------------------ static files
 
     app.mount(f"{VIEW}/static", StaticFiles(directory=STATIC_DIR), name="webview-static")
-    app.mount(f"{VIEW}/novnc", StaticFiles(directory=novnc, check_dir=False), name="novnc")
+    for part in ("core", "vendor"):  # the RFB client and what it imports; not Debian's demo app
+        app.mount(f"{VIEW}/novnc/{part}", StaticFiles(directory=novnc / part, check_dir=False), name=f"novnc-{part}")
 
 
 async def _open_vnc(
