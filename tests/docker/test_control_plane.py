@@ -275,7 +275,11 @@ def test_tenants_and_a_dead_sandbox(control_plane: ControlPlane, backend: Any) -
             with pytest.raises(NotFound):
                 beta.get(sandbox.id)
             assert sandbox.id not in {s.id for s in beta.list()}
-            backend.client.containers.get(backend.container_name(sandbox.id)).kill()
+            # The public id names a lease; the container behind it is the instance the agent reports.
+            observed = sandbox.step({"type": "exec", "cmd": "printf %s $SANDBOX_ID"})
+            assert observed.exec is not None
+            instance = observed.exec.stdout.strip()
+            backend.client.containers.get(backend.container_name(instance)).kill()
             with pytest.raises(FailedPrecondition, match="exited"):
                 sandbox.step({"type": "exec", "cmd": "true"})
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.docker
 
 LOGGER = logging.getLogger("sandbox.test.lifecycle")
 LC_OWNER = f"{OWNER}-lc"
+LC_SOCKET_ROOT = f"/run/sbx-test-{RUN_ID}-lc"
 ALICE = Principal("alice")
 FAST = LifecycleSettings(tick_s=0.2, health_interval_s=1.0, reconcile_interval_s=2.0, orphan_grace_s=60)
 
@@ -38,7 +40,7 @@ FAST = LifecycleSettings(tick_s=0.2, health_interval_s=1.0, reconcile_interval_s
 async def service(docker_client: docker.DockerClient) -> AsyncIterator[SandboxService]:
     for kind in ("terminal", "desktop"):
         require_image(docker_client, kind)
-    backend = DockerBackend(DockerConfig(owner=LC_OWNER, socket_root=f"/run/sbx-test-{RUN_ID}-lc"))
+    backend = DockerBackend(DockerConfig(owner=LC_OWNER, socket_root=LC_SOCKET_ROOT))
     store = await EmbeddedStore.open(None, logger=LOGGER)
     service = SandboxService(backend, store, logger=LOGGER)
     yield service
@@ -50,6 +52,7 @@ async def service(docker_client: docker.DockerClient) -> AsyncIterator[SandboxSe
     for image in docker_client.images.list(filters=filters):
         with contextlib.suppress(docker.errors.APIError):
             docker_client.images.remove(image.id, force=True)
+    shutil.rmtree(LC_SOCKET_ROOT, ignore_errors=True)
 
 
 @contextlib.asynccontextmanager

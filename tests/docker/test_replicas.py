@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,13 +32,16 @@ FAST_LIFECYCLE = {"tick_s": 0.2, "health_interval_s": 1.0, "reconcile_interval_s
 
 
 @contextlib.contextmanager
-def owned_by(docker_client: docker.DockerClient, owner: str) -> Iterator[None]:
-    """Everything labelled ``owner`` is removed at the end, whatever the test did."""
+def owned_by(docker_client: docker.DockerClient, owner: str, socket_root: str) -> Iterator[None]:
+    """Everything labelled ``owner``, and the socket root, is removed at the end, whatever the test did."""
     try:
         yield
     finally:
-        for container in docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
-            container.remove(force=True, v=True)
+        # By id from the low-level listing: a container the server removes meanwhile must not stop the clean-up.
+        for summary in docker_client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.api.remove_container(summary["Id"], force=True, v=True)
+        shutil.rmtree(socket_root, ignore_errors=True)
 
 
 def _containers(docker_client: docker.DockerClient, owner: str) -> list[str]:
@@ -64,7 +68,7 @@ async def test_kill_9_with_50_sandboxes_held(docker_client: docker.DockerClient,
         ServerProcess(tmp_path, owner=owner, socket_root=socket_root, name=name, state=state, settings=settings)
         for name in ("first", "second")
     )
-    with owned_by(docker_client, owner):
+    with owned_by(docker_client, owner, socket_root):
         first.start()
         try:
             async with AsyncClient(first.grpc_target) as client:
@@ -117,7 +121,7 @@ async def test_two_replicas_on_one_redis(
 
     store = await RedisStore.open(redis_server.url, namespace=f"sandbox-{owner}", logger=logging.getLogger("t"))
     key = pool_key(SandboxSpec.model_validate(spec), "sandbox/terminal:latest")
-    with owned_by(docker_client, owner):
+    with owned_by(docker_client, owner, socket_root):
         try:
             for replica in replicas:
                 replica.start()
