@@ -65,7 +65,8 @@ start_x() {
     n=${n%%.*}
     rm -f "/tmp/.X$n-lock" "/tmp/.X11-unix/X$n"
     mkdir -p /tmp/.X11-unix 2>/dev/null
-    start xvfb Xvfb "$DISPLAY" -screen 0 "$SCREEN" -nolisten tcp -ac
+    # -noreset: by default Xvfb resets when its last client leaves, so the probe below would race every next client.
+    start xvfb Xvfb "$DISPLAY" -screen 0 "$SCREEN" -nolisten tcp -ac -noreset
     for ((i = 0; i < 100; i++)); do
         if xdpyinfo >/dev/null 2>&1; then
             say "X server ready on $DISPLAY ($SCREEN)"
@@ -74,6 +75,20 @@ start_x() {
         sleep 0.1
     done
     say "X server on $DISPLAY did not answer within 10s"
+    return 1
+}
+
+start_wm() { # openbox; programs started before it manages the screen can map unmanaged and stay unseen
+    local i
+    start openbox openbox --sm-disable
+    for ((i = 0; i < 100; i++)); do
+        if xprop -root _NET_SUPPORTING_WM_CHECK 2>/dev/null | grep -q "window id"; then
+            say "window manager ready"
+            return 0
+        fi
+        sleep 0.05
+    done
+    say "window manager did not take the screen within 5s; its log: $(tail -c 600 "$LOG_DIR/openbox.log")"
     return 1
 }
 

@@ -26,7 +26,7 @@ begin
 start_session_bus
 prepare_chromium_profile || say "could not write the Chromium preferences"
 if start_x; then
-    start openbox openbox --sm-disable
+    start_wm
     start_vnc
     run_autostart
 fi

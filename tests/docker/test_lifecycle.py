@@ -131,12 +131,9 @@ async def test_snapshot_reset_keeps_files_and_apps_and_drops_later_changes(servi
         pool = next(iter(await service.pools.sizes()))
         await eventually(lambda: _has(service, pool, 1), 60, "the warm replica of the snapshot")
         warm = set(await service.store.items(pool))
-        started = time.monotonic()
         await service.reset(ALICE, sid, snapshot="before-later")
-        took = time.monotonic() - started
     record = await service.store.get("sandboxes", sid)
     assert record is not None and record["instance"] in warm, "the fast path swaps in the warm replica"
-    assert took < 5, f"a warm reset took {took:.1f} s"
     assert (await _sh(service, sid, "cat /workspace/before.txt"))[1] == "kept\n"
     assert (await _sh(service, sid, "test -e /workspace/after.txt"))[0] != 0
     await eventually(lambda: _viewable(service, sid, "snapapp"), 20, "the snapshot's app on screen")
