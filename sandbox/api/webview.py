@@ -39,10 +39,9 @@ from pydantic import Field
 
 from sandbox.api import vnc_proxy
 from sandbox.api.errors import http_status
-from sandbox.errors import FailedPrecondition, NotFound, SandboxError, Unauthenticated
-from sandbox.models import Model, SandboxState
+from sandbox.errors import FailedPrecondition, SandboxError, Unauthenticated
+from sandbox.models import Model
 from sandbox.service.auth import Principal, TokenRegistry
-from sandbox.service.records import SANDBOXES, SandboxRecord
 from sandbox.service.sandboxes import SandboxService
 from sandbox.service.tickets import TicketGrant, TicketIssuer
 
@@ -240,13 +239,15 @@ def mount_webview(
     async def vnc(websocket: WebSocket, sandbox_id: str) -> None:
         try:
             grant = tickets.verify(websocket.query_params.get("ticket"), sandbox_id)
-            await service.get(grant.principal, sandbox_id)
+            info = await service.get(grant.principal, sandbox_id)
         except SandboxError as e:
             logger.info("refused a VNC websocket to %s: %s", sandbox_id, e.message)
             await websocket.close(vnc_proxy.WS_POLICY_VIOLATION, e.message[:120])
             return
         try:
-            reader, writer = await _open_vnc(service, grant.principal, sandbox_id)
+            if not info.kind.has_display:
+                raise FailedPrecondition(f"sandbox {sandbox_id} is a {info.kind.value} sandbox with no display")
+            reader, writer = await service.open_tunnel(grant.principal, sandbox_id, VNC_PORT)
         except SandboxError as e:
             logger.warning("no VNC tunnel to %s: %s", sandbox_id, e.message)
             await websocket.close(vnc_proxy.WS_INTERNAL_ERROR, e.message[:120])
@@ -263,26 +264,6 @@ def mount_webview(
     app.mount(f"{VIEW}/static", StaticFiles(directory=STATIC_DIR), name="webview-static")
     for part in ("core", "vendor"):  # the RFB client and what it imports; not Debian's demo app
         app.mount(f"{VIEW}/novnc/{part}", StaticFiles(directory=novnc / part, check_dir=False), name=f"novnc-{part}")
-
-
-async def _open_vnc(
-    service: SandboxService, principal: Principal, sandbox_id: str
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A byte stream to the sandbox's VNC server, through the agent of the instance now serving it.
-
-    The service has no tunnel method yet, so this reads which instance serves the sandbox from
-    its record (a reset or a recovery swaps instances under a stable public id).
-    """
-    info = await service.get(principal, sandbox_id)  # tenancy first
-    if not info.kind.has_display:
-        raise FailedPrecondition(f"sandbox {sandbox_id} is a {info.kind.value} sandbox with no display")
-    if info.state is SandboxState.UNHEALTHY:
-        raise FailedPrecondition(f"sandbox {sandbox_id} is unhealthy: {info.error}")
-    doc = await service.store.get(SANDBOXES, sandbox_id)
-    if doc is None:
-        raise NotFound(f"no sandbox {sandbox_id!r}")
-    instance = SandboxRecord.model_validate(doc).instance
-    return await service.backend.agent(instance).open_tunnel(VNC_PORT)
 
 
 class _HealthCache:

@@ -59,6 +59,13 @@ class Pools:
     def remove(self, key: str) -> None:
         self._pools.pop(key, None)
 
+    def remove_image(self, image: str) -> list[str]:
+        """Stop keeping pools of ``image``; returns their keys (their warm instances are the caller's)."""
+        keys = [key for key, pool in self._pools.items() if pool.image == image]
+        for key in keys:
+            del self._pools[key]
+        return keys
+
     def has(self, key: str) -> bool:
         return key in self._pools
 

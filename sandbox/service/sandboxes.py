@@ -79,12 +79,7 @@ class SandboxService:
     async def create(self, principal: Principal, spec: SandboxSpec) -> SandboxInfo:
         image = await self._image(principal, spec)
         sandbox_id = new_sandbox_id(spec.kind)
-        key = pool_key(spec, image)
-        instance = await self.instances.take_warm(key) if self.pools.has(key) else None
-        if instance is None:
-            instance = await self.instances.start(spec, image, sandbox=sandbox_id)
-        else:
-            await self.instances.assign(instance, sandbox_id)
+        instance = await self._provision(spec, image, sandbox_id)
         now = time.time()
         record = SandboxRecord(
             id=sandbox_id,
@@ -139,12 +134,7 @@ class SandboxService:
         image = await self._image(principal, spec)
         async with self._exclusive(sandbox_id):
             record = await self._find(principal, sandbox_id)
-            key = pool_key(spec, image)
-            instance = await self.instances.take_warm(key) if self.pools.has(key) else None
-            if instance is None:
-                instance = await self.instances.start(spec, image, sandbox=sandbox_id)
-            else:
-                await self.instances.assign(instance, sandbox_id)
+            instance = await self._provision(spec, image, sandbox_id)
             old, record.instance, record.spec = record.instance, instance, spec
             record.state, record.error, record.last_active_at = SandboxState.RUNNING, None, time.time()
             await self._save(record)
@@ -199,8 +189,7 @@ class SandboxService:
             raise NotFound(f"no snapshot {name!r}")
         info = SnapshotInfo.model_validate(doc)
         await self.store.delete(SNAPSHOTS, key)
-        for pool in [k for k in list(self.pools._pools) if self.pools._pools[k].image == info.image]:
-            self.pools.remove(pool)
+        for pool in self.pools.remove_image(info.image):
             while (instance := await self.store.pop(pool)) is not None:
                 self.instances.retire_later(instance)
         await self.collect_snapshot_images()
@@ -344,6 +333,15 @@ class SandboxService:
         record = await self._find(principal, sandbox_id)
         return await self.backend.logs(record.instance, tail=tail)
 
+    async def open_tunnel(
+        self, principal: Principal, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A byte stream to a localhost port inside the sandbox (e.g. its VNC server), through its agent."""
+        result: tuple[asyncio.StreamReader, asyncio.StreamWriter] = await self._call(
+            principal, sandbox_id, "open_tunnel", port
+        )
+        return result
+
     async def recent_actions(self, principal: Principal, sandbox_id: str) -> list[dict[str, Any]]:
         await self._find(principal, sandbox_id)
         return list(self._recent.get(sandbox_id, ()))
@@ -369,13 +367,8 @@ class SandboxService:
                 return
             record = SandboxRecord.model_validate(doc)
             image = await self._image(Principal(record.tenant), record.spec)
-            key = pool_key(record.spec, image)
             try:
-                instance = await self.instances.take_warm(key) if self.pools.has(key) else None
-                if instance is None:
-                    instance = await self.instances.start(record.spec, image, sandbox=sandbox_id)
-                else:
-                    await self.instances.assign(instance, sandbox_id)
+                instance = await self._provision(record.spec, image, sandbox_id)
             except SandboxError as e:
                 record.state, record.error = SandboxState.UNHEALTHY, f"{reason}; replacement failed: {e.message}"
                 await self._save(record)
@@ -400,6 +393,15 @@ class SandboxService:
         self._log.warning("%s: %s", kind, details, extra={"sandbox_id": record.id, "tenant": record.tenant})
 
     # ------------------------------------------------------------------ helpers
+
+    async def _provision(self, spec: SandboxSpec, image: str, sandbox_id: str) -> str:
+        """An instance for ``sandbox_id``: a warm one of the same spec when a pool has it, else a new start."""
+        key = pool_key(spec, image)
+        instance = await self.instances.take_warm(key) if self.pools.has(key) else None
+        if instance is None:
+            return await self.instances.start(spec, image, sandbox=sandbox_id)
+        await self.instances.assign(instance, sandbox_id)
+        return instance
 
     async def _find(self, principal: Principal, sandbox_id: str, *, allow_expired: bool = False) -> SandboxRecord:
         doc = await self.store.get(SANDBOXES, sandbox_id) if sandbox_id else None

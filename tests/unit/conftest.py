@@ -1,4 +1,5 @@
-"""Fixtures for the API tests: one service layer over the in-package fake backend, per test module."""
+"""Fixtures for the API tests: one service layer over the in-package fake backend, per test module,
+behind a real ``grpc.aio`` server on 127.0.0.1 and an in-process (ASGI) REST app."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 import pytest_asyncio
 
+from sandbox.api.grpc_server import bind_grpc_server
+from sandbox.api.rest import create_app
 from sandbox.backends.config import FakeConfig
 from sandbox.backends.fake import FakeBackend
-from sandbox.service import SandboxService
+from sandbox.client import AsyncClient
+from sandbox.service import SandboxService, TokenRegistry
 from sandbox.store import EmbeddedStore
 
 ALPHA_TOKEN = "alpha-token-0123456789"
@@ -41,3 +46,39 @@ async def service(socket_root: str) -> AsyncIterator[SandboxService]:
     await service.close()
     await backend.close()  # the fake's sandboxes are processes of this one: they end with it
     await store.close()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def target(service: SandboxService) -> AsyncIterator[str]:
+    """The gRPC address of the module's service."""
+    server, port = await bind_grpc_server(
+        service, TokenRegistry.from_mapping(TOKENS), host="127.0.0.1", port=0, logger=LOGGER
+    )
+    yield f"127.0.0.1:{port}"
+    await server.stop(None)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def alpha(target: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(target, token=ALPHA_TOKEN, timeout=60) as client:
+        yield client
+
+
+@pytest_asyncio.fixture(scope="module")
+async def beta(target: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(target, token=BETA_TOKEN, timeout=60) as client:
+        yield client
+
+
+@pytest_asyncio.fixture(scope="module")
+async def admin(target: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(target, token=ADMIN_TOKEN, timeout=60) as client:
+        yield client
+
+
+@pytest_asyncio.fixture(scope="module")
+async def api(service: SandboxService) -> AsyncIterator[httpx.AsyncClient]:
+    """The REST skin of the module's service, in-process."""
+    app = create_app(service, TokenRegistry.from_mapping(TOKENS), logger=LOGGER)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=60) as client:
+        yield client

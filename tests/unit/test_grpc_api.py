@@ -25,36 +25,9 @@ from sandbox.client.gym import SandboxEnv
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
 from sandbox.models import Action, Exec, Observation, SandboxKind, SandboxState
 from sandbox.service import SandboxService, TokenRegistry
-from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER, TOKENS
+from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER
 
 ALPHA, BETA, ADMIN = ALPHA_TOKEN, BETA_TOKEN, ADMIN_TOKEN
-
-
-@pytest_asyncio.fixture(scope="module")
-async def target(service: SandboxService) -> AsyncIterator[str]:
-    server, port = await bind_grpc_server(
-        service, TokenRegistry.from_mapping(TOKENS), host="127.0.0.1", port=0, logger=LOGGER
-    )
-    yield f"127.0.0.1:{port}"
-    await server.stop(None)
-
-
-@pytest_asyncio.fixture(scope="module")
-async def alpha(target: str) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(target, token=ALPHA, timeout=60) as client:
-        yield client
-
-
-@pytest_asyncio.fixture(scope="module")
-async def beta(target: str) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(target, token=BETA, timeout=60) as client:
-        yield client
-
-
-@pytest_asyncio.fixture(scope="module")
-async def admin(target: str) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(target, token=ADMIN, timeout=60) as client:
-        yield client
 
 
 @pytest_asyncio.fixture

@@ -17,14 +17,12 @@ import pytest_asyncio
 
 from sandbox.api.grpc_gen import sandbox_pb2 as pb
 from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
-from sandbox.api.grpc_server import bind_grpc_server
-from sandbox.api.rest import create_app
 from sandbox.client import AsyncClient, AsyncSandbox, Client
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
 from sandbox.models import SandboxSpec, SandboxState
-from sandbox.service import SandboxService, TokenRegistry
+from sandbox.service import SandboxService
 from sandbox.service.records import SANDBOXES, SandboxRecord
-from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER, TOKENS
+from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN
 
 DEFAULT_TTL_S = SandboxSpec.model_fields["ttl_s"].default
 DEFAULT_IDLE_S = SandboxSpec.model_fields["idle_timeout_s"].default
@@ -32,34 +30,6 @@ ALPHA = {"Authorization": f"Bearer {ALPHA_TOKEN}"}
 BETA = {"Authorization": f"Bearer {BETA_TOKEN}"}
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 AUTH_ALPHA = (("authorization", f"Bearer {ALPHA_TOKEN}"),)
-
-
-@pytest_asyncio.fixture(scope="module")
-async def target(service: SandboxService) -> AsyncIterator[str]:
-    server, port = await bind_grpc_server(
-        service, TokenRegistry.from_mapping(TOKENS), host="127.0.0.1", port=0, logger=LOGGER
-    )
-    yield f"127.0.0.1:{port}"
-    await server.stop(None)
-
-
-@pytest_asyncio.fixture(scope="module")
-async def alpha(target: str) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(target, token=ALPHA_TOKEN, timeout=60) as client:
-        yield client
-
-
-@pytest_asyncio.fixture(scope="module")
-async def beta(target: str) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(target, token=BETA_TOKEN, timeout=60) as client:
-        yield client
-
-
-@pytest_asyncio.fixture(scope="module")
-async def api(service: SandboxService) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(service, TokenRegistry.from_mapping(TOKENS), logger=LOGGER)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=60) as client:
-        yield client
 
 
 @pytest_asyncio.fixture

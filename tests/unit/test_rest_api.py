@@ -14,23 +14,16 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from sandbox.api.rest import MAX_JSON_BODY_BYTES, create_app
+from sandbox.api.rest import MAX_JSON_BODY_BYTES
 from sandbox.models import Observation, Screenshot
-from sandbox.service import Principal, SandboxService, TokenRegistry
-from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER, TOKENS
+from sandbox.service import Principal, SandboxService
+from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER
 
 ALPHA = {"Authorization": f"Bearer {ALPHA_TOKEN}"}
 BETA = {"Authorization": f"Bearer {BETA_TOKEN}"}
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 JSON = {"content-type": "application/json"}
-
-
-@pytest_asyncio.fixture(scope="module")
-async def api(service: SandboxService) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(service, TokenRegistry.from_mapping(TOKENS), logger=LOGGER)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=60) as client:
-        yield client
 
 
 @pytest_asyncio.fixture
