@@ -188,47 +188,83 @@ class Shell:
         started = time.monotonic()
         argv = ["bash", "-c", req.command] if isinstance(req.command, str) else req.command
         env = {**os.environ, **req.env}
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=req.cwd or self._default_cwd,
-                env=env,
-                start_new_session=True,
-                limit=1 << 20,
-            )
-        except FileNotFoundError as e:
-            raise AgentError(ErrorCode.NOT_FOUND, f"cannot run {argv[0]!r} (or cwd missing): {e}") from e
-        except OSError as e:
-            raise AgentError(ErrorCode.BAD_REQUEST, f"cannot start {argv[0]!r}: {e}") from e
-        out, err = _Output(req.max_output), _Output(req.max_output)
-        readers = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
-        timed_out = False
-        try:
-            if stdin and proc.stdin is not None:
-                proc.stdin.write(stdin)
-                with contextlib.suppress(ConnectionError):
-                    await proc.stdin.drain()
-                proc.stdin.close()
+        # Our own pipes, not asyncio's: Process.wait() also waits for asyncio's pipes to close, and
+        # a background child (`xterm &`) holds them open, so wait() would last until the timeout.
+        async with _OutputPipe() as stdout_pipe, _OutputPipe() as stderr_pipe:
             try:
-                await asyncio.wait_for(proc.wait(), req.timeout)
-            except TimeoutError:
-                timed_out = True
-            if timed_out or not req.keep_background:
-                # What the command left running in its group dies with it, unless asked otherwise.
-                await _kill_group_fully(proc.pid)
-            await proc.wait()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(readers), PIPE_GRACE_SECONDS)
-        finally:
-            if proc.returncode is None:  # cancelled by the request's deadline
-                _kill_group(proc.pid)
-            readers.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await readers
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+                    stdout=stdout_pipe.write_fd,
+                    stderr=stderr_pipe.write_fd,
+                    cwd=req.cwd or self._default_cwd,
+                    env=env,
+                    start_new_session=True,
+                )
+            except FileNotFoundError as e:
+                raise AgentError(ErrorCode.NOT_FOUND, f"cannot run {argv[0]!r} (or cwd missing): {e}") from e
+            except OSError as e:
+                raise AgentError(ErrorCode.BAD_REQUEST, f"cannot start {argv[0]!r}: {e}") from e
+            stdout_pipe.close_write_end()
+            stderr_pipe.close_write_end()
+            out, err = _Output(req.max_output), _Output(req.max_output)
+            readers = asyncio.gather(_drain(stdout_pipe.reader, out), _drain(stderr_pipe.reader, err))
+            timed_out = False
+            try:
+                if stdin and proc.stdin is not None:
+                    proc.stdin.write(stdin)
+                    with contextlib.suppress(ConnectionError):
+                        await proc.stdin.drain()
+                    proc.stdin.close()
+                try:
+                    await asyncio.wait_for(proc.wait(), req.timeout)
+                except TimeoutError:
+                    timed_out = True
+                if timed_out or not req.keep_background:
+                    # What the command left running in its group dies with it, unless asked otherwise.
+                    await _kill_group_fully(proc.pid)
+                await proc.wait()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(readers), PIPE_GRACE_SECONDS)
+            finally:
+                if proc.returncode is None:  # cancelled by the request's deadline
+                    _kill_group(proc.pid)
+                readers.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await readers
         return _result(_exit_code(proc.returncode), timed_out, out, err, started)
+
+
+class _OutputPipe:
+    """A pipe whose write end a child inherits and whose read end this process reads asynchronously.
+
+    Closing it drops the read end: a background child still writing then gets EPIPE, as after
+    `nohup`-less logout, and what it writes later is not collected.
+    """
+
+    def __init__(self) -> None:
+        read_fd, self.write_fd = os.pipe()
+        self._read_file = os.fdopen(read_fd, "rb", buffering=0)
+        self.reader = asyncio.StreamReader(limit=1 << 20)
+        self._transport: asyncio.BaseTransport | None = None
+
+    async def __aenter__(self) -> _OutputPipe:
+        loop = asyncio.get_running_loop()
+        protocol = asyncio.StreamReaderProtocol(self.reader)
+        self._transport, _ = await loop.connect_read_pipe(lambda: protocol, self._read_file)
+        return self
+
+    def close_write_end(self) -> None:
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close_write_end()
+        if self._transport is not None:
+            self._transport.close()
+        else:
+            self._read_file.close()
 
 
 class _Session:

@@ -24,6 +24,17 @@ async def test_exec_timeout_returns_promptly_and_says_so(make_sandbox: SandboxFa
     assert "sleep 100" not in ps.stdout
 
 
+async def test_background_child_holding_the_output_does_not_hold_the_call(make_sandbox: SandboxFactory) -> None:
+    sb = await make_sandbox("terminal")
+    # The background sleep inherits stdout; the call must end when the shell does, not at the timeout.
+    kept = await sb.agent.exec("sleep 300 & echo started", keep_background=True, timeout=20)
+    assert not kept.timed_out and kept.exit_code == 0 and kept.stdout == "started\n", kept
+    assert "sleep 300" in (await sb.agent.exec(["ps", "-eo", "args"])).stdout, "keep_background keeps it running"
+    dropped = await sb.agent.exec("sleep 301 & echo started", timeout=20)
+    assert not dropped.timed_out and dropped.stdout == "started\n", dropped
+    assert "sleep 301" not in (await sb.agent.exec(["ps", "-eo", "args"])).stdout, "without it, the group dies"
+
+
 async def test_session_keeps_cwd_and_exports(make_sandbox: SandboxFactory) -> None:
     sb = await make_sandbox("terminal")
     first = await sb.agent.exec("mkdir -p /tmp/deep/er && cd /tmp/deep/er && export GREETING='hi there'", session="s")
