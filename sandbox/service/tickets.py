@@ -25,6 +25,7 @@ from typing import Any
 
 from sandbox.errors import Unauthenticated
 from sandbox.service.auth import Principal
+from sandbox.store import Store
 
 DEFAULT_TTL_S = 60.0
 DEFAULT_SESSION_TTL_S = 8 * 3600.0
@@ -118,3 +119,17 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+SECRETS = "secrets"
+"""Collection: name -> {"hex": ...}, shared by the replicas of one store."""
+
+
+async def shared_ticket_secret(store: Store) -> bytes:
+    """The ticket signing secret every replica on ``store`` uses, made by whichever asks first,
+    so a ticket issued by one replica opens the view on any other."""
+    await store.put_if_absent(SECRETS, "webview-tickets", {"hex": secrets.token_hex(32)})
+    doc = await store.get(SECRETS, "webview-tickets")
+    if doc is None:
+        raise RuntimeError("the ticket secret vanished from the store")
+    return bytes.fromhex(str(doc["hex"]))

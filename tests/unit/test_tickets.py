@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from pathlib import Path
 
 import pytest
 
 from sandbox.errors import Unauthenticated
 from sandbox.service.auth import Principal
-from sandbox.service.tickets import TicketIssuer
+from sandbox.service.tickets import TicketIssuer, shared_ticket_secret
+from sandbox.store import EmbeddedStore
 
 ALICE = Principal("alpha")
 ADMIN = Principal("ops", admin=True)
@@ -95,3 +98,27 @@ def test_sessions_and_tickets_do_not_stand_in_for_each_other() -> None:
     time.sleep(0.1)
     with pytest.raises(Unauthenticated, match="expired"):
         short.verify_session(expiring)
+
+
+async def test_replicas_on_one_store_accept_each_others_tickets(tmp_path: Path) -> None:
+    log = logging.getLogger("sandbox.test.tickets")
+    store = await EmbeddedStore.open(str(tmp_path / "state.json"), logger=log)
+    try:
+        first = TicketIssuer(await shared_ticket_secret(store))
+        second = TicketIssuer(await shared_ticket_secret(store))  # another replica on the same store
+    finally:
+        await store.close()
+    assert second.verify(first.issue(ALICE, "desk-1", control=True), "desk-1").control is True
+    reopened = await EmbeddedStore.open(str(tmp_path / "state.json"), logger=log)
+    try:
+        after_restart = TicketIssuer(await shared_ticket_secret(reopened))
+    finally:
+        await reopened.close()
+    assert after_restart.verify(first.issue(ALICE, "desk-1", control=False), "desk-1").principal == ALICE
+    other_store = await EmbeddedStore.open(None, logger=log)
+    try:
+        elsewhere = TicketIssuer(await shared_ticket_secret(other_store))
+    finally:
+        await other_store.close()
+    with pytest.raises(Unauthenticated):
+        elsewhere.verify(first.issue(ALICE, "desk-1", control=False), "desk-1")
