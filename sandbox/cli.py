@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sandbox.errors import SandboxError
+from sandbox.observability.logs import LogFormat
 
 if TYPE_CHECKING:
     from sandbox.client import Client
@@ -60,13 +61,28 @@ def server(
     config: Annotated[
         Path | None, typer.Option(help="JSON file of server settings (pools, lifecycle, store); flags win.")
     ] = None,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            envvar="SANDBOX_LOG_FORMAT",
+            help="Log lines on stderr: 'json' (one object a line: ts, level, logger, message, sandbox_id, tenant, "
+            "...), 'text', or 'auto': text on a terminal, JSON otherwise (a file, a pipe, systemd, a container).",
+        ),
+    ] = LogFormat.AUTO,
+    log_level: Annotated[str, typer.Option(envvar="SANDBOX_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
 ) -> None:
-    """Run the control plane: Docker backend, state store, gRPC and HTTP in one process."""
+    """Run the control plane: Docker backend, state store, gRPC and HTTP in one process. Prometheus metrics are at
+    http://<host>:<http-port>/metrics."""
     from pydantic import ValidationError
 
+    from sandbox.observability.logs import configure_logging
     from sandbox.server import ServerSettings, serve
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    level = log_level.upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        err_console.print(f"[red]error[/red]: --log-level must be DEBUG, INFO, WARNING or ERROR, not {log_level!r}")
+        raise typer.Exit(2)
+    configure_logging(log_format, level=level)
     try:
         raw: dict[str, Any] = json.loads(config.read_text()) if config else {}
         raw.update(host=host, grpc_port=grpc_port, http_port=http_port, tokens_file=tokens_file)

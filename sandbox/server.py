@@ -72,6 +72,7 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
 
     from sandbox.api.grpc_server import start_grpc_server
     from sandbox.api.rest import create_app
+    from sandbox.service.tickets import TicketIssuer, shared_ticket_secret
 
     tokens = TokenRegistry.load(settings.tokens_file)
     host = bind_address(settings, tokens, logger)
@@ -85,8 +86,12 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
     lifecycle = Lifecycle(service, settings.lifecycle, logger=logger)
     lifecycle_task = asyncio.create_task(lifecycle.run())
     grpc_server = await start_grpc_server(service, tokens, host=host, port=settings.grpc_port, logger=logger)
-    app = create_app(service, tokens, logger=logger)
-    config = uvicorn.Config(app, host=host, port=settings.http_port, log_level="warning", lifespan="off")
+    tickets = TicketIssuer(await shared_ticket_secret(store))
+    app = create_app(service, tokens, logger=logger, tickets=tickets)
+    # log_config=None: uvicorn's records go through our handler (JSON or text), not a format of its own.
+    config = uvicorn.Config(
+        app, host=host, port=settings.http_port, log_level="warning", log_config=None, lifespan="off"
+    )
     http_server = _embedded_uvicorn(uvicorn, config)
 
     stop = asyncio.Event()

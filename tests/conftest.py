@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import shutil
@@ -28,6 +29,20 @@ TEST_LABEL = {"sandbox.test-run": RUN_ID}
 
 def owner_filter() -> dict[str, list[str]]:
     return {"label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={OWNER}"]}
+
+
+@contextlib.contextmanager
+def owned_by(docker_client: docker.DockerClient, owner: str, socket_root: str) -> Iterator[None]:
+    """Everything labelled ``owner`` (a control plane of its own, ``f"{OWNER}-<suffix>"``), and its socket root,
+    is removed at the end, whatever the test did."""
+    try:
+        yield
+    finally:
+        # By id from the low-level listing: a container the server removes meanwhile must not stop the clean-up.
+        for summary in docker_client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.api.remove_container(summary["Id"], force=True, v=True)
+        shutil.rmtree(socket_root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

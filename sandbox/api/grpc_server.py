@@ -33,6 +33,7 @@ T = TypeVar("T")
 
 Handler = Callable[["SandboxServicer", Principal, Req], Awaitable[Resp]]
 Rpc = Callable[["SandboxServicer", Req, grpc.aio.ServicerContext], Awaitable[Resp]]
+TRANSPORT = "grpc"
 
 
 def _unary(handler: Handler[Req, Resp]) -> Rpc[Req, Resp]:
@@ -66,14 +67,21 @@ class SandboxServicer:
         return self._tokens.authenticate(token)
 
     def _status(self, error: Exception, method: str) -> tuple[grpc.StatusCode, str]:
+        """The status a failed call answers with; every failed call is counted here."""
         # A request the models reject arrives here as InvalidArgument (convert names the field). A bare
         # ValidationError was raised building a model from the service's own data: a bug, so INTERNAL.
         if isinstance(error, SandboxError):
+            code, message = grpc_status(error), error.message
             if isinstance(error, InternalError):
-                self._log.error("internal error in %s: %s", method, error.message, exc_info=error)
-            return grpc_status(error), error.message
-        self._log.error("unexpected error in %s", method, exc_info=error)
-        return grpc.StatusCode.INTERNAL, f"internal error in {method} ({type(error).__name__}); see the server log"
+                self._log.error(
+                    "internal error in %s: %s", method, message, exc_info=error, extra=_log_fields(method, code)
+                )
+        else:
+            code = grpc.StatusCode.INTERNAL
+            message = f"internal error in {method} ({type(error).__name__}); see the server log"
+            self._log.error("unexpected error in %s", method, exc_info=error, extra=_log_fields(method, code))
+        self._service.metrics.api_error(TRANSPORT, method, code.name)
+        return code, message
 
     async def _serve(
         self, context: grpc.aio.ServicerContext, method: str, call: Callable[[Principal], Awaitable[T]]
@@ -154,7 +162,7 @@ class SandboxServicer:
         try:
             principal = self._principal(context)
         except SandboxError as e:
-            await context.abort(grpc_status(e), e.message)
+            await context.abort(*self._status(e, "StepStream"))
             return
         async for request in requests:
             try:
@@ -218,6 +226,10 @@ class SandboxServicer:
         if request.HasField("tail"):
             options["tail"] = request.tail
         return pb.LogsResponse(text=await self._service.logs(principal, request.sandbox_id, **options))
+
+
+def _log_fields(method: str, code: grpc.StatusCode) -> dict[str, str]:
+    return {"method": method, "code": code.name, "transport": TRANSPORT}
 
 
 async def bind_grpc_server(

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandbox import __version__
 from sandbox.api.convert import Renewal
-from sandbox.api.errors import http_status
+from sandbox.api.errors import grpc_status, http_status
 from sandbox.api.webview import mount_webview
 from sandbox.errors import SandboxError, Unauthenticated
 from sandbox.models import (
@@ -43,6 +43,7 @@ from sandbox.models import (
     SandboxSpec,
     SnapshotInfo,
 )
+from sandbox.observability.metrics import Metrics
 from sandbox.protocol import MAX_BLOB_BYTES, MAX_HEADER_BYTES
 from sandbox.service.auth import Principal, TokenRegistry
 from sandbox.service.sandboxes import SandboxService
@@ -62,6 +63,19 @@ _MAX_REPORTED_ERRORS = 10
 
 # Codes for the errors the HTTP layer raises itself (unknown route, wrong method, unreadable body).
 _HTTP_CODES = {400: "invalid_argument", 404: "not_found", 405: "method_not_allowed", 413: "resource_exhausted"}
+# The same errors as sandbox_api_errors_total codes: the gRPC status names, one vocabulary for both transports.
+_HTTP_METRIC_CODES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    409: "FAILED_PRECONDITION",
+    413: "RESOURCE_EXHAUSTED",
+    422: "INVALID_ARGUMENT",
+    503: "UNAVAILABLE",
+}
+TRANSPORT = "rest"
 
 
 # --------------------------------------------------------------------------- bodies of the REST skin only
@@ -171,12 +185,30 @@ def _error(
     return JSONResponse({"error": {"code": code, "message": message}, **extra}, status_code=status, headers=headers)
 
 
+def _count_error(request: Request, code: str) -> None:
+    _context(request).service.metrics.api_error(TRANSPORT, _route_name(request.scope), code)
+
+
+def _route_name(scope: Scope) -> str:
+    """The route's template (``POST /v1/sandboxes/{sandbox_id}/exec``), never the path itself: a label must not
+    take a sandbox id, or any path a caller makes up."""
+    route = scope.get("route")
+    template = getattr(route, "path_format", None) or getattr(route, "path", None)
+    return f"{scope.get('method', '')} {template}" if template else "unmatched"
+
+
 async def _on_sandbox_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SandboxError)
     status = http_status(exc)
+    _count_error(request, grpc_status(exc).name)
     if status >= 500:
         _context(request).logger.warning(
-            "%s %s failed: %s: %s", request.method, request.url.path, exc.code, exc.message
+            "%s %s failed: %s: %s",
+            request.method,
+            request.url.path,
+            exc.code,
+            exc.message,
+            extra={"code": exc.code, "transport": TRANSPORT},
         )
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return _error(status, exc.code, exc.message, headers=headers)
@@ -202,6 +234,7 @@ def _describe(errors: list[Any]) -> tuple[str, list[dict[str, Any]]]:
 
 async def _on_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    _count_error(request, "INVALID_ARGUMENT")
     message, detail = _describe(list(exc.errors()))
     return _error(422, "invalid_argument", message, detail=detail)
 
@@ -210,6 +243,7 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code in (204, 304):
         return Response(status_code=exc.status_code, headers=exc.headers)
+    _count_error(request, _HTTP_METRIC_CODES.get(exc.status_code, "UNKNOWN"))
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = str(exc.detail)
     if exc.status_code == 400 and exc.__cause__ is not None:  # an unreadable body: say why
@@ -219,7 +253,14 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     """Backstop for a failure outside any route (the routes catch their own: see ``_Route``)."""
-    _context(request).logger.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+    _count_error(request, "INTERNAL")
+    _context(request).logger.error(
+        "unhandled error in %s %s",
+        request.method,
+        request.url.path,
+        exc_info=exc,
+        extra={"code": "internal", "transport": TRANSPORT},
+    )
     return _error(500, "internal", "internal error; the server log has the details")
 
 
@@ -244,8 +285,9 @@ class _BodyLimit:
     """Refuse request bodies over the limit with 413 before they are buffered: the declared
     Content-Length up front, a chunked body as it streams in."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -257,6 +299,8 @@ class _BodyLimit:
         too_large = f"{what} may be at most {limit} bytes"
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
+                # Before routing: no route name yet.
+                self.metrics.api_error(TRANSPORT, "unmatched", "RESOURCE_EXHAUSTED")
                 await _error(413, "resource_exhausted", too_large)(scope, receive, send)
                 return
         seen = 0
@@ -471,12 +515,19 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(HTTPException, _on_http_error)
     app.add_exception_handler(Exception, _on_unexpected)
-    app.add_middleware(_BodyLimit)
+    app.add_middleware(_BodyLimit, metrics=service.metrics)
 
     @app.get("/healthz", tags=["inspection"])
     async def healthz() -> Ok:
         """Liveness of the control plane itself; needs no token."""
         return Ok()
+
+    @app.get("/metrics", tags=["inspection"], response_class=Response)
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics of this replica; needs no token (counts only: no sandbox ids, no tenants)."""
+        await service.refresh_metrics()
+        body, content_type = service.metrics.render(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     app.include_router(_routes())
     mount_webview(app, service=service, tokens=tokens, tickets=tickets or TicketIssuer(), logger=logger)

@@ -52,7 +52,12 @@ class Instances:
                     await self.backend.agent(instance).ping(deadline=2)
                     return instance
                 except SandboxError as e:
-                    self._log.warning("warm instance %s does not answer (%s); dropping it", instance, e.message)
+                    self._log.warning(
+                        "warm instance %s does not answer (%s); dropping it",
+                        instance,
+                        e.message,
+                        extra={"instance": instance, "pool": pool},
+                    )
             self.retire_later(instance)
         return None
 
@@ -72,7 +77,12 @@ class Instances:
         try:
             await self.retire(instance)
         except SandboxError as e:
-            self._log.warning("could not remove instance %s: %s (reconciliation will retry)", instance, e.message)
+            self._log.warning(
+                "could not remove instance %s: %s (reconciliation will retry)",
+                instance,
+                e.message,
+                extra={"instance": instance},
+            )
 
     async def _forget(self, instance: str) -> None:
         await self.store.delete(INSTANCES, instance)

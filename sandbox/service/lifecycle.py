@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.backends.base import RuntimeState, probe_health
 from sandbox.errors import SandboxError
-from sandbox.models import SandboxState, SnapshotInfo
-from sandbox.service.records import INSTANCES, LEADER_LOCK, SANDBOXES, SNAPSHOTS, InstanceRecord, SandboxRecord
+from sandbox.models import SandboxState
+from sandbox.observability.metrics import FailureCause
+from sandbox.service.records import INSTANCES, LEADER_LOCK, SANDBOXES, InstanceRecord, SandboxRecord
 from sandbox.service.sandboxes import SandboxService, _reason
 
 TOMBSTONE_S = 3600.0
@@ -61,16 +62,20 @@ class Lifecycle:
         store, now = self.service.store, time.monotonic()
         was_leader = self._leader
         self._leader = await store.try_lock(LEADER_LOCK, self.service.replica, self.settings.leader_ttl_s)
+        self.service.metrics.set_leader(self._leader)
         if not self._leader:
             return
         if not was_leader:
-            self._log.info("replica %s leads the background work", self.service.replica)
-            await self.load_snapshot_pools()
+            self._log.info(
+                "replica %s leads the background work", self.service.replica, extra={"replica": self.service.replica}
+            )
+            await self.service.sync_snapshot_pools()
             self._last_reconcile = 0.0
         await self.service.pools.refill()
         await self.expire_leases()
         if now - self._last_health >= self.settings.health_interval_s:
             self._last_health = now
+            await self.service.sync_snapshot_pools()
             await self.check_health()
         if now - self._last_reconcile >= self.settings.reconcile_interval_s:
             self._last_reconcile = now
@@ -80,18 +85,11 @@ class Lifecycle:
         if self._leader:
             await self.service.store.unlock(LEADER_LOCK, self.service.replica)
             self._leader = False
+            self.service.metrics.set_leader(False)
 
     async def _records(self) -> list[SandboxRecord]:
         docs = await self.service.store.all(SANDBOXES)
         return [SandboxRecord.model_validate(doc) for doc in docs.values()]
-
-    async def load_snapshot_pools(self) -> None:
-        """Warm replicas of snapshots, kept across restarts."""
-        for doc in (await self.service.store.all(SNAPSHOTS)).values():
-            info = SnapshotInfo.model_validate(doc)
-            source = await self.service.store.get(SANDBOXES, info.source)
-            if info.warm and source is not None:
-                self.service.register_snapshot_pool(info, SandboxRecord.model_validate(source).spec)
 
     async def expire_leases(self) -> None:
         now = time.time()
@@ -115,7 +113,8 @@ class Lifecycle:
             engine = listing.get(record.instance)
             if engine is None or engine.state is not RuntimeState.RUNNING:
                 state = "gone" if engine is None else f"{engine.state.value} (exit code {engine.exit_code})"
-                checks.append(self._fail(record, f"its container is {state}"))
+                cause: FailureCause = "container_gone" if engine is None else "container_exited"
+                checks.append(self._fail(record, f"its container is {state}", cause))
             else:
                 checks.append(self._probe(record, semaphore))
         await asyncio.gather(*checks)
@@ -124,17 +123,19 @@ class Lifecycle:
         async with semaphore:
             health = await probe_health(self.service.backend, record.instance)
         if not health.ok:
-            await self._fail(record, _reason(health))
+            await self._fail(record, _reason(health), "probe_failed")
 
-    async def _fail(self, record: SandboxRecord, reason: str) -> None:
+    async def _fail(self, record: SandboxRecord, reason: str, cause: FailureCause) -> None:
         self._probing.add(record.id)
         try:
             fresh = await self.service.store.get(SANDBOXES, record.id)
             if fresh is None or SandboxRecord.model_validate(fresh).instance != record.instance:
                 return  # deleted or already swapped meanwhile
-            await self.service.mark_failed(record, reason)
+            await self.service.mark_failed(record, reason, cause=cause)
         except SandboxError as e:
-            self._log.warning("handling the failure of %s failed: %s", record.id, e.message)
+            self._log.warning(
+                "handling the failure of %s failed: %s", record.id, e.message, extra={"sandbox_id": record.id}
+            )
         finally:
             self._probing.discard(record.id)
 
@@ -149,7 +150,8 @@ class Lifecycle:
         store, backend = self.service.store, self.service.backend
         known = {i: InstanceRecord.model_validate(d) for i, d in (await store.all(INSTANCES)).items()}
         on_engine = {s.id: s for s in await backend.list_sandboxes()}
-        queues = {k.pool for k in known.values() if k.pool}
+        # Only queues of pools still kept count: a replica waiting for a deleted snapshot is unused.
+        queues = {k.pool for k in known.values() if k.pool} & self.service.pools.keys()
         waiting = {item for key in queues for item in await store.items(key)}
         serving = {r.instance for r in await self._records() if r.state is not SandboxState.EXPIRED}
         now = time.time()
@@ -160,9 +162,12 @@ class Lifecycle:
             if instance not in serving and instance not in waiting and now - born >= self.settings.orphan_grace_s:
                 unused.add(instance)
         for instance in unused & self._suspects:
-            self._log.warning("removing orphan instance %s", instance)
+            self._log.warning("removing orphan instance %s", instance, extra={"instance": instance})
             with contextlib.suppress(SandboxError):
                 await self.service.instances.retire(instance)
+            pool = known[instance].pool if instance in known else None
+            if pool:
+                await store.remove(pool, instance)
         self._suspects = unused - self._suspects
         for instance, record in known.items():  # a warm instance whose container died
             if instance not in on_engine and record.pool and instance in waiting:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxSpec
+from sandbox.observability.metrics import PoolStats
 from sandbox.service.instances import Instances
 from sandbox.service.records import pool_key
 from sandbox.store import Store
@@ -52,25 +53,38 @@ class Pools:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def add(self, spec: SandboxSpec, image: str, *, min: int, max: int, max_starting: int = 4) -> str:
+        """Keep a pool (again: the sizes of a pool already kept are updated, its starts still count)."""
         key = pool_key(spec, image)
-        self._pools[key] = _Pool(key, spec, image, min, max, max_starting)
+        pool = self._pools.get(key)
+        if pool is None:
+            self._pools[key] = _Pool(key, spec, image, min, max, max_starting)
+        else:
+            pool.min, pool.max, pool.max_starting = min, max, max_starting
         return key
 
     def remove(self, key: str) -> None:
         self._pools.pop(key, None)
 
-    def remove_image(self, image: str) -> list[str]:
-        """Stop keeping pools of ``image``; returns their keys (their warm instances are the caller's)."""
-        keys = [key for key, pool in self._pools.items() if pool.image == image]
+    def remove_snapshot_pools(self, *, keep: set[str]) -> list[str]:
+        """Stop keeping the pools of snapshot replicas not in ``keep``; returns their keys (their
+        queued instances are the caller's to retire)."""
+        keys = [key for key, pool in self._pools.items() if pool.spec.snapshot is not None and key not in keep]
         for key in keys:
             del self._pools[key]
         return keys
 
-    def has(self, key: str) -> bool:
-        return key in self._pools
+    def keys(self) -> set[str]:
+        return set(self._pools)
 
     async def sizes(self) -> dict[str, int]:
         return {key: len(await self._store.items(key)) for key in self._pools}
+
+    async def stats(self) -> list[PoolStats]:
+        """Each pool's bounds, its warm instances (from the store) and what this replica is starting for it."""
+        return [
+            PoolStats(p.key, p.spec.kind, len(await self._store.items(p.key)), p.starting, p.min, p.max)
+            for p in list(self._pools.values())
+        ]
 
     async def refill(self) -> None:
         """Start what each pool lacks, within its bounds (leader only; returns without waiting)."""
@@ -87,9 +101,12 @@ class Pools:
     async def _start_one(self, pool: _Pool) -> None:
         try:
             instance = await self._instances.start(pool.spec, pool.image, pool=pool.key)
+            if self._pools.get(pool.key) is not pool:  # removed while it started (a deleted snapshot)
+                await self._instances.retire(instance)
+                return
             await self._store.push(pool.key, instance)
         except SandboxError as e:
-            self._log.warning("could not warm an instance for %s: %s", pool.key, e.message)
+            self._log.warning("could not warm an instance for %s: %s", pool.key, e.message, extra={"pool": pool.key})
             await asyncio.sleep(1)  # do not spin on a broken image or engine
         finally:
             pool.starting -= 1

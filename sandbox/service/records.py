@@ -10,17 +10,18 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from sandbox.models import SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo
+from sandbox.models import SandboxInfo, SandboxKind, SandboxSpec, SandboxState, SnapshotInfo
 
 SANDBOXES = "sandboxes"
 """Collection: public sandbox id -> SandboxRecord."""
 INSTANCES = "instances"
 """Collection: every backend instance the service started and has not yet removed -> InstanceRecord."""
 SNAPSHOTS = "snapshots"
-"""Collection: "<tenant>/<name>" -> SnapshotInfo."""
+"""Collection: "<tenant>/<name>" -> SnapshotRecord."""
 CREATED_COUNTER = "instances-created"
 LEADER_LOCK = "leader"
 
@@ -79,6 +80,15 @@ class InstanceRecord(BaseModel):
     created_at: float
 
 
+def kind_and_state(doc: dict[str, Any]) -> tuple[SandboxKind, SandboxState] | None:
+    """A sandbox record's kind and state, read without validating the whole record (a scrape counts them all);
+    None for a document that is not a sandbox record."""
+    try:
+        return SandboxKind(doc["spec"]["kind"]), SandboxState(doc["state"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def pool_key(spec: SandboxSpec, image: str) -> str:
     """Sandboxes whose specs share this key can use each other's warm instances."""
     fields = spec.model_dump(mode="json", exclude=_NOT_PROVISIONING)
@@ -91,5 +101,14 @@ def snapshot_key(tenant: str, name: str) -> str:
     return f"{tenant}/{name}"
 
 
-def snapshot_from_doc(doc: dict[str, object]) -> SnapshotInfo:
-    return SnapshotInfo.model_validate(doc)
+class SnapshotRecord(SnapshotInfo):
+    """A snapshot and the spec of the sandbox it was taken from: what its warm replicas start with,
+    even after that sandbox is gone, on whichever replica leads."""
+
+    spec: SandboxSpec | None = None
+
+    def info(self) -> SnapshotInfo:
+        return SnapshotInfo.model_validate(self.model_dump(exclude={"spec"}))
+
+    def replica_spec(self) -> SandboxSpec | None:
+        return None if self.spec is None else self.spec.model_copy(update={"snapshot": self.name})

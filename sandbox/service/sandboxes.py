@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sandbox.agent_client import AgentClient
 from sandbox.backends.base import Backend, RuntimeState, probe_health
@@ -44,10 +45,19 @@ from sandbox.models import (
     Screenshot,
     SnapshotInfo,
 )
+from sandbox.observability.metrics import FailureCause, Metrics, note_kind
 from sandbox.service.auth import Principal
 from sandbox.service.instances import Instances
 from sandbox.service.pools import Pools
-from sandbox.service.records import SANDBOXES, SNAPSHOTS, SandboxRecord, pool_key, snapshot_key
+from sandbox.service.records import (
+    SANDBOXES,
+    SNAPSHOTS,
+    SandboxRecord,
+    SnapshotRecord,
+    kind_and_state,
+    pool_key,
+    snapshot_key,
+)
 from sandbox.service.snapshots import capture_autostart
 from sandbox.store import Store
 
@@ -58,16 +68,44 @@ LOCK_TTL_S = 300.0
 SNAPSHOT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+Method = Callable[Concatenate["SandboxService", P], Awaitable[T]]
+
+
 def new_sandbox_id(kind: SandboxKind) -> str:
     return f"{kind.value[:4]}-{secrets.token_hex(6)}"
 
 
+def _timed(operation: str) -> Callable[[Method[P, T]], Method[P, T]]:
+    """Time every call of the method in ``sandbox_operation_duration_seconds``; ``_find`` names the sandbox's kind."""
+
+    def decorate(method: Method[P, T]) -> Method[P, T]:
+        @functools.wraps(method)
+        async def timed(self: SandboxService, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            with self.metrics.operation(operation):
+                return await method(self, *args, **kwargs)
+
+        return timed
+
+    return decorate
+
+
 class SandboxService:
-    def __init__(self, backend: Backend, store: Store, *, logger: logging.Logger, replica: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        store: Store,
+        *,
+        logger: logging.Logger,
+        replica: str | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.backend = backend
         self.store = store
         self.replica = replica or secrets.token_hex(4)
         self._log = logger
+        self.metrics = metrics or Metrics()
         self.instances = Instances(backend, store, logger=logger)
         self.pools = Pools(self.instances, store, logger=logger)
         self._recent: dict[str, deque[dict[str, Any]]] = {}
@@ -76,7 +114,9 @@ class SandboxService:
 
     # ------------------------------------------------------------------ lifecycle
 
+    @_timed("create")
     async def create(self, principal: Principal, spec: SandboxSpec) -> SandboxInfo:
+        note_kind(spec.kind)
         image = await self._image(principal, spec)
         sandbox_id = new_sandbox_id(spec.kind)
         instance = await self._provision(spec, image, sandbox_id)
@@ -92,9 +132,10 @@ class SandboxService:
             expires_at=now + spec.ttl_s,
         )
         await self._save(record)
-        self._log.info("created sandbox %s on %s", sandbox_id, instance, extra={"tenant": principal.tenant})
+        self._log.info("created sandbox %s on %s", sandbox_id, instance, extra=_ids(record))
         return record.info()
 
+    @_timed("get")
     async def get(self, principal: Principal, sandbox_id: str) -> SandboxInfo:
         return (await self._find(principal, sandbox_id)).info()
 
@@ -103,6 +144,7 @@ class SandboxService:
         found = [SandboxRecord.model_validate(doc) for doc in records.values()]
         return [r.info() for r in found if principal.can_see(r.tenant) and r.state is not SandboxState.EXPIRED]
 
+    @_timed("delete")
     async def delete(self, principal: Principal, sandbox_id: str) -> None:
         record = await self._find(principal, sandbox_id, allow_expired=True)
         async with self._exclusive(sandbox_id):
@@ -110,7 +152,9 @@ class SandboxService:
             self._forget_local(sandbox_id)
             if record.state is not SandboxState.EXPIRED:
                 self.instances.retire_later(record.instance)
+        self._log.info("deleted sandbox %s", sandbox_id, extra=_ids(record))
 
+    @_timed("renew")
     async def renew(self, principal: Principal, sandbox_id: str, *, ttl_s: float | None = None) -> SandboxInfo:
         """Extend the lease: the sandbox now lives ``ttl_s`` (default: its spec's ttl) from now."""
         if ttl_s is not None and not 0 < ttl_s <= 7 * 24 * 3600:
@@ -123,6 +167,7 @@ class SandboxService:
             await self._save(record)
         return record.info()
 
+    @_timed("reset")
     async def reset(self, principal: Principal, sandbox_id: str, *, snapshot: str | None = None) -> SandboxInfo:
         """Back to the sandbox's initial state (its image or snapshot, or ``snapshot``) with a fresh /workspace.
 
@@ -140,6 +185,7 @@ class SandboxService:
             await self._save(record)
             self._recent.pop(sandbox_id, None)
         self.instances.retire_later(old)
+        self._log.info("reset sandbox %s onto %s", sandbox_id, instance, extra=_ids(record))
         return record.info()
 
     async def close(self) -> None:
@@ -150,6 +196,7 @@ class SandboxService:
 
     # ------------------------------------------------------------------ snapshots
 
+    @_timed("snapshot")
     async def snapshot(self, principal: Principal, sandbox_id: str, name: str, *, warm: int = 0) -> SnapshotInfo:
         """Keep the sandbox's file system, and the GUI apps it runs, under ``name``."""
         if not SNAPSHOT_NAME.match(name):
@@ -160,7 +207,7 @@ class SandboxService:
         if record.spec.kind is SandboxKind.DESKTOP:
             await capture_autostart(self._agent(record))
         image = await self.backend.snapshot(record.instance, f"{principal.tenant}.{name}")
-        info = SnapshotInfo(
+        snap = SnapshotRecord(
             name=name,
             tenant=principal.tenant,
             kind=record.spec.kind,
@@ -168,18 +215,31 @@ class SandboxService:
             source=sandbox_id,
             created_at=time.time(),
             warm=warm,
+            spec=record.spec,
         )
-        await self.store.put(SNAPSHOTS, snapshot_key(principal.tenant, name), info.model_dump(mode="json"))
-        self.register_snapshot_pool(info, record.spec)
-        return info
+        await self.store.put(SNAPSHOTS, snapshot_key(principal.tenant, name), snap.model_dump(mode="json"))
+        await self.sync_snapshot_pools()
+        return snap.info()
 
-    def register_snapshot_pool(self, info: SnapshotInfo, spec: SandboxSpec) -> None:
-        if info.warm:
-            self.pools.add(spec.model_copy(update={"snapshot": info.name}), info.image, min=info.warm, max=info.warm)
+    async def sync_snapshot_pools(self) -> None:
+        """Keep warm replicas of the stored snapshots that ask for them, and of no others.
+
+        The leader calls this on every health pass, so a snapshot taken (or deleted) through
+        another replica gets (or loses) its warm replicas here too.
+        """
+        kept = set()
+        for doc in (await self.store.all(SNAPSHOTS)).values():
+            snap = SnapshotRecord.model_validate(doc)
+            spec = snap.replica_spec()
+            if snap.warm and spec is not None:
+                kept.add(self.pools.add(spec, snap.image, min=snap.warm, max=snap.warm))
+        for key in self.pools.remove_snapshot_pools(keep=kept):
+            while (instance := await self.store.pop(key)) is not None:
+                self.instances.retire_later(instance)
 
     async def list_snapshots(self, principal: Principal) -> list[SnapshotInfo]:
         docs = await self.store.all(SNAPSHOTS)
-        snapshots = [SnapshotInfo.model_validate(doc) for doc in docs.values()]
+        snapshots = [SnapshotRecord.model_validate(doc).info() for doc in docs.values()]
         return [s for s in snapshots if principal.can_see(s.tenant)]
 
     async def delete_snapshot(self, principal: Principal, name: str) -> None:
@@ -187,11 +247,8 @@ class SandboxService:
         doc = await self.store.get(SNAPSHOTS, key)
         if doc is None:
             raise NotFound(f"no snapshot {name!r}")
-        info = SnapshotInfo.model_validate(doc)
         await self.store.delete(SNAPSHOTS, key)
-        for pool in self.pools.remove_image(info.image):
-            while (instance := await self.store.pop(pool)) is not None:
-                self.instances.retire_later(instance)
+        await self.sync_snapshot_pools()
         await self.collect_snapshot_images()
 
     async def collect_snapshot_images(self) -> list[str]:
@@ -206,7 +263,7 @@ class SandboxService:
         doc = await self.store.get(SNAPSHOTS, snapshot_key(principal.tenant, spec.snapshot))
         if doc is None:
             raise NotFound(f"no snapshot {spec.snapshot!r}")
-        info = SnapshotInfo.model_validate(doc)
+        info = SnapshotRecord.model_validate(doc)
         if info.kind is not spec.kind:
             raise InvalidArgument(
                 f"snapshot {spec.snapshot!r} is of a {info.kind.value} sandbox, not {spec.kind.value}"
@@ -215,6 +272,7 @@ class SandboxService:
 
     # ------------------------------------------------------------------ acting
 
+    @_timed("step")
     async def step(
         self, principal: Principal, sandbox_id: str, action: Action, *, screenshot: bool = False
     ) -> Observation:
@@ -252,6 +310,7 @@ class SandboxService:
         )
         return Observation(**obs, timings_ms={**timings, "total": _ms(started)})
 
+    @_timed("observe")
     async def observe(
         self, principal: Principal, sandbox_id: str, *, format: str = "png", quality: int = 80
     ) -> Observation:
@@ -270,6 +329,7 @@ class SandboxService:
         await self._touch(record)
         return Observation(**obs, timings_ms={"total": _ms(started)})
 
+    @_timed("screenshot")
     async def screenshot(
         self, principal: Principal, sandbox_id: str, *, format: str = "png", quality: int = 80
     ) -> Screenshot:
@@ -280,6 +340,7 @@ class SandboxService:
         except Unavailable as e:
             raise await self._dead(record, e) from e
 
+    @_timed("exec")
     async def exec(self, principal: Principal, sandbox_id: str, request: Exec) -> ExecResult:
         record = await self._find(principal, sandbox_id)
         try:
@@ -301,34 +362,40 @@ class SandboxService:
 
     # ------------------------------------------------------------------ files
 
+    @_timed("read_file")
     async def read_file(
         self, principal: Principal, sandbox_id: str, path: str, *, offset: int = 0, length: int | None = None
     ) -> bytes:
         data: bytes = await self._call(principal, sandbox_id, "read_file", path, offset=offset, length=length)
         return data
 
+    @_timed("write_file")
     async def write_file(
         self, principal: Principal, sandbox_id: str, path: str, data: bytes, *, mode: int = 0o644, append: bool = False
     ) -> int:
         size: int = await self._call(principal, sandbox_id, "write_file", path, data, mode=mode, append=append)
         return size
 
+    @_timed("list_files")
     async def list_files(self, principal: Principal, sandbox_id: str, path: str) -> list[FileInfo]:
         files: list[FileInfo] = await self._call(principal, sandbox_id, "list_dir", path)
         return files
 
+    @_timed("delete_file")
     async def delete_file(self, principal: Principal, sandbox_id: str, path: str, *, recursive: bool = False) -> None:
         await self._call(principal, sandbox_id, "delete", path, recursive=recursive)
 
     # ------------------------------------------------------------------ inspection
 
+    @_timed("health")
     async def health(self, principal: Principal, sandbox_id: str) -> Health:
         record = await self._find(principal, sandbox_id)
         health = await probe_health(self.backend, record.instance)
         if not health.ok:
-            await self.mark_failed(record, _reason(health))
+            await self.mark_failed(record, _reason(health), cause="probe_failed")
         return health
 
+    @_timed("logs")
     async def logs(self, principal: Principal, sandbox_id: str, *, tail: int = 200) -> str:
         record = await self._find(principal, sandbox_id)
         return await self.backend.logs(record.instance, tail=tail)
@@ -348,8 +415,9 @@ class SandboxService:
 
     # ------------------------------------------------------------------ failures (also used by the health monitor)
 
-    async def mark_failed(self, record: SandboxRecord, reason: str) -> None:
+    async def mark_failed(self, record: SandboxRecord, reason: str, *, cause: FailureCause) -> None:
         """A sandbox failed: say so, and replace it when its client asked for auto_recover."""
+        self.metrics.health_failure(record.spec.kind, cause)
         self._event("sandbox_failed", record, reason=reason)
         if record.spec.auto_recover:
             with contextlib.suppress(SandboxError):
@@ -377,27 +445,41 @@ class SandboxService:
             record.state, record.error, record.replacements = SandboxState.RUNNING, None, record.replacements + 1
             await self._save(record)
         self.instances.retire_later(old)
+        self.metrics.replaced(record.spec.kind)
         self._event("sandbox_replaced", record, reason=reason, old_instance=old)
 
     async def expire(self, record: SandboxRecord, why: str) -> None:
         """End a lease: the instance goes; the record stays as a tombstone that explains why."""
+        # lease_end() tells the ttl first: a lease past its expiry ended by ttl, any other by idleness.
+        reason = "ttl" if time.time() >= record.expires_at else "idle"
         async with self._exclusive(record.id):
             record.state, record.error = SandboxState.EXPIRED, f"expired because {why}"
             await self._save(record)
             self.instances.retire_later(record.instance)
+        self.metrics.expired(record.spec.kind, reason)
         self._event("sandbox_expired", record, reason=why)
 
     def _event(self, kind: str, record: SandboxRecord, **details: Any) -> None:
         event = {"at": time.time(), "event": kind, "sandbox_id": record.id, "tenant": record.tenant, **details}
         self.events.append(event)
-        self._log.warning("%s: %s", kind, details, extra={"sandbox_id": record.id, "tenant": record.tenant})
+        self._log.warning("%s: %s", kind, details, extra={**_ids(record), "event": kind})
+
+    async def refresh_metrics(self) -> None:
+        """Read the fleet's gauges (sandboxes by kind and state, pool sizes) from the store, before a scrape."""
+        counts: dict[tuple[SandboxKind, SandboxState], int] = {}
+        for doc in (await self.store.all(SANDBOXES)).values():
+            key = kind_and_state(doc)
+            if key is not None:
+                counts[key] = counts.get(key, 0) + 1
+        self.metrics.set_fleet(counts, await self.pools.stats())
 
     # ------------------------------------------------------------------ helpers
 
     async def _provision(self, spec: SandboxSpec, image: str, sandbox_id: str) -> str:
-        """An instance for ``sandbox_id``: a warm one of the same spec when a pool has it, else a new start."""
-        key = pool_key(spec, image)
-        instance = await self.instances.take_warm(key) if self.pools.has(key) else None
+        """An instance for ``sandbox_id``: a warm one of the same spec when a pool has one, else a new start."""
+        # Whether or not this replica keeps that pool: the leader may keep it for every replica.
+        instance = await self.instances.take_warm(pool_key(spec, image))
+        self.metrics.provisioned(spec.kind, warm=instance is not None)
         if instance is None:
             return await self.instances.start(spec, image, sandbox=sandbox_id)
         await self.instances.assign(instance, sandbox_id)
@@ -410,6 +492,7 @@ class SandboxService:
         record = SandboxRecord.model_validate(doc)
         if not principal.can_see(record.tenant):
             raise NotFound(f"no sandbox {sandbox_id!r}")
+        note_kind(record.spec.kind)
         if record.state is SandboxState.EXPIRED and not allow_expired:
             raise FailedPrecondition(f"sandbox {sandbox_id} {record.error}; create a new one")
         return record
@@ -421,8 +504,15 @@ class SandboxService:
         now = time.time()
         if now - self._touched.get(record.id, 0.0) >= TOUCH_EVERY_S:
             self._touched[record.id] = now
-            record.last_active_at = now
-            await self._save(record, durable=False)
+            # Write onto the stored record, not the one read before the call: a reset or a
+            # recovery may have swapped the instance meanwhile, and must not be undone.
+            doc = await self.store.get(SANDBOXES, record.id)
+            if doc is None:
+                return
+            fresh = SandboxRecord.model_validate(doc)
+            if fresh.instance == record.instance and fresh.state is SandboxState.RUNNING:
+                fresh.last_active_at = now
+                await self._save(fresh, durable=False)
 
     def _forget_local(self, sandbox_id: str) -> None:
         self._recent.pop(sandbox_id, None)
@@ -459,16 +549,17 @@ class SandboxService:
     async def _dead(self, record: SandboxRecord, cause: Unavailable) -> SandboxError:
         """Why a sandbox stopped answering, as the error its caller should see."""
         state = await self.backend.inspect(record.instance)
+        failure: FailureCause
         if state.state is RuntimeState.RUNNING:
             health = await probe_health(self.backend, record.instance)
             if health.ok:
                 return cause  # a passing fault; the sandbox itself is fine
-            reason = _reason(health)
+            reason, failure = _reason(health), "probe_failed"
         elif state.state is RuntimeState.MISSING:
-            reason = "its container is gone"
+            reason, failure = "its container is gone", "container_gone"
         else:
-            reason = f"its container exited (code {state.exit_code})"
-        await self.mark_failed(record, reason)
+            reason, failure = f"its container exited (code {state.exit_code})", "container_exited"
+        await self.mark_failed(record, reason, cause=failure)
         if record.spec.auto_recover:
             return Unavailable(f"sandbox {record.id} failed ({reason}) and was replaced; retry the call")
         return FailedPrecondition(f"sandbox {record.id} is not usable: {reason}")
@@ -480,6 +571,16 @@ class SandboxService:
     def _require_kind(self, record: SandboxRecord, kind: SandboxKind, what: str) -> None:
         if record.spec.kind is not kind:
             raise FailedPrecondition(f"{what} needs a {kind.value} sandbox; {record.id} is {record.spec.kind.value}")
+
+
+def _ids(record: SandboxRecord) -> dict[str, str]:
+    """The ``extra`` of a log line about a sandbox: structured logs carry these as fields."""
+    return {
+        "sandbox_id": record.id,
+        "tenant": record.tenant,
+        "kind": record.spec.kind.value,
+        "instance": record.instance,
+    }
 
 
 def _ms(since: float) -> float:

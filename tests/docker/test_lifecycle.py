@@ -150,6 +150,39 @@ async def test_snapshot_reset_keeps_files_and_apps_and_drops_later_changes(servi
     assert await service.list_snapshots(ALICE) == []
 
 
+async def test_warm_replicas_follow_the_stored_snapshots(
+    service: SandboxService, docker_client: docker.DockerClient
+) -> None:
+    source = await service.create(ALICE, _spec())
+    await _sh(service, source.id, "echo from-snapshot > /workspace/mark.txt")
+    kept = await service.snapshot(ALICE, source.id, "kept-warm", warm=1)
+    await service.delete(ALICE, source.id)  # the snapshot keeps the spec its replicas start with
+
+    lifecycle = Lifecycle(service, FAST, logger=LOGGER)
+    async with running(lifecycle):
+        kept_pool = next(iter(await service.pools.sizes()))
+        await eventually(lambda: _has(service, kept_pool, 1), 60, "the warm replica of a snapshot whose source is gone")
+
+        other = await service.create(ALICE, _spec())
+        doomed = await service.snapshot(ALICE, other.id, "deleted-early", warm=2)
+        await service.delete_snapshot(ALICE, "deleted-early")  # while its replicas may be starting
+        await service.delete(ALICE, other.id)
+
+        async def replicas_gone() -> bool:
+            filters = {"label": f"{LABEL_OWNER}={LC_OWNER}", "ancestor": doomed.image}
+            return not await asyncio.to_thread(docker_client.api.containers, all=True, filters=filters)
+
+        await eventually(replicas_gone, 30, "the removal of a deleted snapshot's replicas")
+        await asyncio.sleep(2 * FAST.health_interval_s)  # a later pass must not start them again
+        assert await replicas_gone(), "replicas of a deleted snapshot were started again"
+        assert set(await service.pools.sizes()) == {kept_pool}
+
+        info = await service.create(ALICE, _spec(snapshot="kept-warm"))
+    assert (await _sh(service, info.id, "cat /workspace/mark.txt"))[1] == "from-snapshot\n"
+    await service.delete(ALICE, info.id)
+    await service.delete_snapshot(ALICE, kept.name)
+
+
 async def _viewable(service: SandboxService, sandbox_id: str, title: str) -> bool:
     return (await _sh(service, sandbox_id, f"xdotool search --onlyvisible --name '^{title}$'"))[0] == 0
 

@@ -4,10 +4,7 @@ without handing a warm sandbox out twice or over-creating containers."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -21,7 +18,7 @@ from sandbox.models import SandboxSpec
 from sandbox.service.records import CREATED_COUNTER, pool_key
 from sandbox.store import RedisStore
 from tests import redis_server as redis_fixtures
-from tests.conftest import OWNER, RUN_ID, TEST_LABEL, require_image
+from tests.conftest import OWNER, RUN_ID, TEST_LABEL, owned_by, require_image
 from tests.docker.servers import ServerProcess
 
 pytestmark = pytest.mark.docker
@@ -29,19 +26,6 @@ redis_server = redis_fixtures.redis_server
 
 # A create in flight is protected by the grace; it must outlast a create under load.
 FAST_LIFECYCLE = {"tick_s": 0.2, "health_interval_s": 1.0, "reconcile_interval_s": 1.0, "orphan_grace_s": 10}
-
-
-@contextlib.contextmanager
-def owned_by(docker_client: docker.DockerClient, owner: str, socket_root: str) -> Iterator[None]:
-    """Everything labelled ``owner``, and the socket root, is removed at the end, whatever the test did."""
-    try:
-        yield
-    finally:
-        # By id from the low-level listing: a container the server removes meanwhile must not stop the clean-up.
-        for summary in docker_client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
-            with contextlib.suppress(docker.errors.NotFound):
-                docker_client.api.remove_container(summary["Id"], force=True, v=True)
-        shutil.rmtree(socket_root, ignore_errors=True)
 
 
 def _containers(docker_client: docker.DockerClient, owner: str) -> list[str]:

@@ -1,0 +1,1 @@
+"""What operators watch: Prometheus metrics (``metrics``, served at ``/metrics``) and structured logs (``logs``)."""
