@@ -3,8 +3,9 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: setup images run test lint typecheck unit clean-test
+.PHONY: setup images run test bench lint typecheck unit clean-test
 
 setup:  ## install Debian packages, start dockerd, make the venv, build the images (idempotent)
 	bash scripts/setup.sh
@@ -24,6 +25,9 @@ typecheck:
 test: setup  ## set up whatever is missing, then lint, type-check and run every test against the real engine
 	$(MAKE) --no-print-directory lint typecheck
 	bash scripts/test.sh $(PYTEST_ARGS)
+
+bench: setup  ## set up whatever is missing, then benchmark against the docker CLI (BENCH_ARGS=--quick: a smoke run)
+	$(PY) -m bench $(BENCH_ARGS)
 
 unit:
 	$(PY) -m pytest tests/unit -q

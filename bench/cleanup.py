@@ -1,0 +1,45 @@
+"""Removal of everything one benchmark run created, found by its owner labels only (never by name or image)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+
+from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
+
+CHUNK = 100
+"""Containers per ``docker rm`` (the engine removes them in parallel)."""
+
+
+def owner_filters(owner: str) -> list[str]:
+    return ["--filter", f"label={LABEL_MANAGED_BY}={MANAGED_BY}", "--filter", f"label={LABEL_OWNER}={owner}"]
+
+
+def _docker(args: Sequence[str]) -> str:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=600)
+    return done.stdout
+
+
+def _ids(args: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(_docker(args).split()))
+
+
+def remove_owned(owner: str) -> dict[str, int]:
+    """Remove the containers, then images (snapshots), volumes and networks labelled with ``owner``; blocking.
+
+    Returns how many of each were found. Errors are not raised: this runs in ``finally`` blocks.
+    """
+    filters = owner_filters(owner)
+    containers = _ids(["ps", "-aq", "--no-trunc", *filters])
+    for start in range(0, len(containers), CHUNK):
+        _docker(["rm", "-f", "-v", *containers[start : start + CHUNK]])
+    images = _ids(["images", "-q", "--no-trunc", *filters])
+    if images:
+        _docker(["rmi", "-f", *images])
+    volumes = _ids(["volume", "ls", "-q", *filters])
+    if volumes:
+        _docker(["volume", "rm", "-f", *volumes])
+    networks = _ids(["network", "ls", "-q", *filters])
+    if networks:
+        _docker(["network", "rm", *networks])
+    return {"containers": len(containers), "images": len(images), "volumes": len(volumes), "networks": len(networks)}

@@ -1,0 +1,79 @@
+"""How much each section measures: sample counts and bounds, for a full run or a ``--quick`` smoke run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+SECTION_NAMES = ("create", "step", "observe", "reset", "throughput", "density")
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Options:
+    sections: tuple[str, ...] = SECTION_NAMES
+    quick: bool = False
+    output: Path = RESULTS_DIR
+
+    create_samples: int = 15
+    """Per kind and path (cold, warm, docker run), after one warm-up."""
+    create_desktop_samples: int = 10
+    step_samples: int = 500
+    step_warmup: int = 20
+    observe_samples: int = 100
+    observe_warmup: int = 5
+    reset_samples: int = 15
+    reset_desktop_samples: int = 10
+    throughput_sandboxes: int = 16
+    throughput_seconds: float = 15.0
+
+    density_max_terminal: int = 400
+    density_max_desktop: int = 60
+    density_step_terminal: int = 25
+    density_step_desktop: int = 5
+    density_samples: int = 200
+    """Steps timed at each point of the ramp, spread over the sandboxes held."""
+    density_p99_ms: float = 100.0
+    density_minutes: float = 10.0
+    """Per kind: the ramp stops at this bound."""
+    density_create_concurrency: int = 8
+    density_health_interval_s: float = 0.0
+    """The control plane's health-probe interval during the ramp; 0: its default (2 s)."""
+    min_free_gib: float = 2.0
+    """The ramp never leaves less MemAvailable than this."""
+
+    keep_logs: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+QUICK: dict[str, Any] = {
+    "create_samples": 4,
+    "create_desktop_samples": 3,
+    "step_samples": 100,
+    "step_warmup": 10,
+    "observe_samples": 30,
+    "observe_warmup": 3,
+    "reset_samples": 4,
+    "reset_desktop_samples": 3,
+    "throughput_sandboxes": 4,
+    "throughput_seconds": 4.0,
+    "density_max_terminal": 20,
+    "density_max_desktop": 4,
+    "density_step_terminal": 10,
+    "density_step_desktop": 2,
+    "density_samples": 50,
+    "density_minutes": 2.0,
+}
+
+
+def make_options(*, quick: bool, overrides: dict[str, Any]) -> Options:
+    """The full or quick defaults, then every override that is not None."""
+    base = replace(Options(), quick=quick, **(QUICK if quick else {}))
+    known = {f.name for f in fields(Options)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise ValueError(f"unknown options: {sorted(unknown)}")
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,19 @@
+"""The sections, in the order a full run measures them; each is ``async def run(bench) -> SectionResult``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from bench.harness import Bench, SectionResult
+from bench.sections import create, density, observe, reset, step, throughput
+
+Section = Callable[[Bench], Awaitable[SectionResult]]
+
+SECTIONS: dict[str, Section] = {
+    "create": create.run,
+    "step": step.run,
+    "observe": observe.run,
+    "reset": reset.run,
+    "throughput": throughput.run,
+    "density": density.run,
+}

@@ -1,0 +1,102 @@
+"""The benchmark suite's pure parts: statistics, options and the table (no engine, no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.cli import parse
+from bench.options import QUICK, SECTION_NAMES, Options, make_options
+from bench.report import Row, Target, format_latency, format_ratio, render_markdown, render_text
+from bench.sections import SECTIONS
+from bench.sections.density import _target
+from bench.stats import Summary, Value, gain, percentile, speedup
+
+
+def test_percentile_interpolates_between_closest_ranks() -> None:
+    assert percentile([4, 1, 3, 2], 50) == 2.5
+    assert percentile(list(range(1, 101)), 99) == pytest.approx(99.01)
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([1, 2, 3], 0) == 1 and percentile([1, 2, 3], 100) == 3
+
+
+@pytest.mark.parametrize(("samples", "q"), [([], 50), ([1.0], 101), ([1.0], -1)])
+def test_percentile_refuses_nonsense(samples: list[float], q: float) -> None:
+    with pytest.raises(ValueError):
+        percentile(samples, q)
+
+
+def test_summary_and_ratios() -> None:
+    s = Summary.of([0.004, 0.001, 0.002, 0.003])
+    assert (s.n, s.p50, s.min, s.max) == (4, 0.0025, 0.001, 0.004)
+    assert s.mean == pytest.approx(0.0025)
+    assert speedup(0.060, 0.002) == pytest.approx(30) and speedup(1.0, 0.0) is None
+    assert gain(600, 30) == 20 and gain(1, 0) is None
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0.00234, "2.34 ms"), (0.0234, "23.4 ms"), (0.234, "234 ms"), (2.345, "2.35 s")]
+)
+def test_latency_format(seconds: float, text: str) -> None:
+    assert format_latency(seconds) == text
+
+
+def test_ratio_format() -> None:
+    assert (format_ratio(None), format_ratio(9.87), format_ratio(123.4)) == ("", "9.9x", "123x")
+
+
+def _rows() -> list[Row]:
+    base = Summary.of([0.060, 0.070])
+    ours = Summary.of([0.002, 0.003])
+    return [
+        Row("step", "exec true", ours, base, "docker exec", 26.0, Target("≥ 10x", True)),
+        Row("step", "a | pipe", ours, base, "docker exec", 26.0, Target("≥ 100x", False), note="why"),
+        Row("density", "terminals", Value(400, "sandboxes"), target=Target("≥ 400 (ramp max 20)", None)),
+    ]
+
+
+def test_text_table_aligns_columns_separates_sections_and_footnotes_notes() -> None:
+    text = render_text(_rows())
+    lines = text.splitlines()
+    header, rule = lines[0], lines[1]
+    assert header.split()[:3] == ["section", "measurement", "n"]
+    assert all(len(part) > 0 for part in rule.split("  "))
+    step, noted, blank, density = lines[2:6]
+    assert blank == ""
+    assert step.index("2.50 ms") == noted.index("2.50 ms"), "numbers line up"
+    assert step.rstrip().endswith("yes") and noted.rstrip().endswith("NO") and density.rstrip().endswith("-")
+    assert "a | pipe [1]" in noted and "[1] why" in text
+    assert "400 sandboxes" in density and "ratio = baseline p50 / ours p50" in text
+
+
+def test_markdown_table_escapes_pipes_and_has_one_line_per_row() -> None:
+    md = render_markdown(_rows(), heading="Heading")
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 3
+    assert all(line.count("|") - line.count("\\|") == 12 for line in table)
+    assert "a \\| pipe [1]" in md and md.startswith("Heading\n")
+
+
+def test_every_section_is_registered_in_order() -> None:
+    assert tuple(SECTIONS) == SECTION_NAMES
+
+
+def test_options_quick_and_overrides() -> None:
+    quick = make_options(quick=True, overrides={"step_samples": 7, "observe_samples": None})
+    assert quick.step_samples == 7 and quick.observe_samples == QUICK["observe_samples"]
+    assert make_options(quick=False, overrides={}) == Options()
+    with pytest.raises(ValueError, match="unknown"):
+        make_options(quick=False, overrides={"nope": 1})
+
+
+def test_command_line() -> None:
+    options = parse(["--quick", "--only", "step", "create", "--density-max-terminal", "50", "--density-p99-ms", "80"])
+    assert options.quick and options.sections == ("create", "step")
+    assert options.density_max_terminal == 50 and options.density_p99_ms == 80.0
+    assert parse([]).sections == SECTION_NAMES
+
+
+def test_density_target_is_untested_when_the_ramp_stops_below_it() -> None:
+    assert _target("terminal", 20, maximum=20).met is None
+    assert _target("terminal", 400, maximum=400).met is True
+    assert _target("terminal", 250, maximum=400).met is False
+    assert _target("desktop", 10, maximum=20).met is False
