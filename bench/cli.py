@@ -1,7 +1,7 @@
 """``python -m bench`` (``make bench``): run the sections, print the table, write the results.
 
 A full run writes ``bench/results/latest.{json,md}`` (the markdown is the README's table); ``--quick`` writes
-``quick.*`` and ``--only`` ``partial.*``, so neither replaces the full table.
+``quick.*``, and ``--only`` or a run that failed or was interrupted ``partial.*``: none of them replaces the table.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ async def _run(bench: Bench, outcome: Outcome) -> None:
     outcome.machine = await asyncio.to_thread(describe)
     for name in bench.options.sections:
         bench.progress.say(f"== {name}")
+        await _wait_quiet(bench)
         started = time.monotonic()
         before = await _environment(bench)
         try:
@@ -95,20 +96,29 @@ async def _run(bench: Bench, outcome: Outcome) -> None:
         }
 
 
+async def _wait_quiet(bench: Bench) -> None:
+    give_up = time.monotonic() + bench.options.quiet_wait_s
+    while (foreign := await bench.foreign_containers()) and time.monotonic() < give_up:
+        bench.progress.say(f"waiting for {foreign} containers of others to leave the engine")
+        await asyncio.sleep(10)
+
+
 async def _environment(bench: Bench) -> dict[str, float]:
     """What else loads the machine: other containers on the engine, the load average."""
     return {"foreign_containers": await bench.foreign_containers(), "loadavg_1m": os.getloadavg()[0]}
 
 
-def _stem(options: Options) -> str:
+def _stem(options: Options, outcome: Outcome) -> str:
+    """Only a full run of every section that ended well replaces ``latest``."""
     if options.quick:
         return "quick"
-    return "latest" if options.sections == SECTION_NAMES else "partial"
+    complete = options.sections == SECTION_NAMES and not outcome.failures and not outcome.interrupted
+    return "latest" if complete else "partial"
 
 
 def _heading(outcome: Outcome, wall_s: float, options: Options) -> str:
     machine = outcome.machine.describe() if outcome.machine else "unknown machine"
-    mode = "quick run" if options.quick else "full run"
+    mode = "quick run" if options.quick else "full run" if options.sections == SECTION_NAMES else "partial run"
     heading = f"Benchmark ({mode}) of {outcome.started_at}, {wall_s / 60:.1f} min, on {machine}."
     if outcome.perturbed:
         during = ", ".join(f"{name} (up to {n})" for name, n in outcome.perturbed.items())
@@ -118,7 +128,7 @@ def _heading(outcome: Outcome, wall_s: float, options: Options) -> str:
 
 def _write(outcome: Outcome, options: Options, run_id: str, wall_s: float) -> Path:
     options.output.mkdir(parents=True, exist_ok=True)
-    stem = options.output / _stem(options)
+    stem = options.output / _stem(options, outcome)
     document = {
         "run_id": run_id,
         "started_at": outcome.started_at,

@@ -94,7 +94,7 @@ class Bench:
                 yield Platform(server, client)
             finally:
                 await client.close()
-        except BaseException:
+        except Exception:  # a failure, not an interruption: its logs are worth keeping
             self.keep_workdir = True
             raise
         finally:

@@ -25,6 +25,9 @@ class Options:
     observe_warmup: int = 5
     reset_samples: int = 15
     reset_desktop_samples: int = 10
+    pace_ms: float = 50.0
+    """Step and observe are also timed with this pause between calls (an agent's think time; idle CPUs wake up
+    slower than busy ones); 0 skips those rows."""
     throughput_sandboxes: int = 16
     throughput_seconds: float = 15.0
 
@@ -43,10 +46,12 @@ class Options:
     min_free_gib: float = 2.0
     """The ramp never leaves less MemAvailable than this."""
 
+    quiet_wait_s: float = 0.0
+    """Before each section, wait up to this long for other workloads' containers to leave the engine."""
     keep_logs: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        return {k: v for k, v in asdict(self).items() if k != "output"}
 
 
 QUICK: dict[str, Any] = {

@@ -17,13 +17,22 @@ EXEC_TRUE = {"type": "exec", "cmd": ["true"]}
 
 
 async def series(
-    progress: Progress, label: str, call: Callable[[], Awaitable[None]], n: int, warmup: int
+    progress: Progress,
+    label: str,
+    call: Callable[[], Awaitable[None]],
+    n: int,
+    warmup: int,
+    *,
+    pause_s: float = 0.0,
 ) -> list[float]:
-    """``warmup`` untimed calls, then ``n`` timed ones, one at a time; the latencies in seconds."""
+    """``warmup`` untimed calls, then ``n`` timed ones, one at a time (``pause_s`` apart: a rollout's think time);
+    the latencies in seconds."""
     for _ in range(warmup):
         await call()
     samples = []
     for i in range(n):
+        if pause_s:
+            await asyncio.sleep(pause_s)
         started = time.perf_counter()
         await call()
         samples.append(time.perf_counter() - started)

@@ -1,6 +1,9 @@
 """observe: a 1280x800 PNG screenshot of a desktop through the SDK vs ``docker exec <the same container> import
 -window root`` (ImageMagick) plus ``docker cp`` of the file out. The screen shows two xterms full of text, so both
-paths encode a real picture, not an empty one."""
+paths encode a real picture, not an empty one. Back to back, then both again with a pause between calls.
+
+Back to back, the sandbox's CPU quota (1 CPU) throttles it now and then (the screenshot's encoder runs on two
+threads, and the X server is in the same cgroup): that is the p99 of that row."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ APPS = (
     "xterm -geometry 90x32+620+300 -e sh -c 'ps aux; ls -l /etc; exec sleep 100000'",
 )
 BASELINE = "docker exec import + docker cp"
+THROTTLED = "back to back, the sandbox's 1-CPU quota throttles it now and then (CFS): the p99"
 
 
 async def _show_apps(sandbox: AsyncSandbox) -> None:
@@ -53,22 +57,41 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 async def run(bench: Bench) -> SectionResult:
-    n, warmup = bench.options.observe_samples, bench.options.observe_warmup
+    n, warmup, pace = bench.options.observe_samples, bench.options.observe_warmup, bench.options.pace_ms / 1000
     progress = bench.progress
     dest = bench.workdir / "baseline-shot.png"
     sizes: list[int] = []
+    paced: tuple[list[float], list[float]] | None = None
     async with bench.platform("observe") as platform:
         sandbox = await platform.client.create(kind="desktop", screen={"width": WIDTH, "height": HEIGHT})
         await _show_apps(sandbox)
         container = await bench.container_of(sandbox)
-        ours = await series(progress, "observe: SDK", lambda: _observe(sandbox, sizes), n, warmup)
-        docker = await series(progress, "observe: docker", lambda: bench.docker.screenshot(container, dest), n, warmup)
+
+        async def ours_call() -> None:
+            await _observe(sandbox, sizes)
+
+        async def docker_call() -> None:
+            await bench.docker.screenshot(container, dest)
+
+        ours = await series(progress, "observe: SDK", ours_call, n, warmup)
+        docker = await series(progress, "observe: docker", docker_call, n, warmup)
+        if pace:
+            paced = (
+                await series(progress, "observe: SDK, paced", ours_call, n, warmup, pause_s=pace),
+                await series(progress, "observe: docker, paced", docker_call, n, warmup, pause_s=pace),
+            )
         if await asyncio.to_thread(_png_size, dest) != (WIDTH, HEIGHT):
             raise BenchError(f"the baseline's screenshot is not {WIDTH}x{HEIGHT}")
         await sandbox.close()
-    base, our = Summary.of(docker), Summary.of(ours)
-    ratio = speedup(base.p50, our.p50)
-    target = Target(f"≥ {SPEEDUP:g}x exec+copy", ratio is not None and ratio >= SPEEDUP)
-    row = Row(NAME, f"screenshot {WIDTH}x{HEIGHT} PNG, SDK observe", our, base, BASELINE, ratio, target)
+    name = f"screenshot {WIDTH}x{HEIGHT} PNG, SDK observe"
+    rows = [_row(name, Summary.of(ours), Summary.of(docker), note=THROTTLED)]
+    if paced is not None:
+        rows.append(_row(f"{name}, {bench.options.pace_ms:g} ms apart", Summary.of(paced[0]), Summary.of(paced[1])))
     details = {"png_bytes": {"ours": sizes[-1], "baseline": dest.stat().st_size}}
-    return SectionResult([row], details)
+    return SectionResult(rows, details)
+
+
+def _row(name: str, ours: Summary, base: Summary, *, note: str = "") -> Row:
+    ratio = speedup(base.p50, ours.p50)
+    target = Target(f"≥ {SPEEDUP:g}x exec+copy", ratio is not None and ratio >= SPEEDUP)
+    return Row(NAME, name, ours, base, BASELINE, ratio, target, note)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
-from bench.cli import parse
+from bench.cli import Outcome, _stem, parse
+from bench.machine import CpuMeter, mem_available, pids_named, rss
 from bench.options import QUICK, SECTION_NAMES, Options, make_options
 from bench.report import Row, Target, format_latency, format_ratio, render_markdown, render_text
 from bench.sections import SECTIONS
@@ -100,3 +104,26 @@ def test_density_target_is_untested_when_the_ramp_stops_below_it() -> None:
     assert _target("terminal", 400, maximum=400).met is True
     assert _target("terminal", 250, maximum=400).met is False
     assert _target("desktop", 10, maximum=20).met is False
+
+
+def test_host_figures_of_this_process() -> None:
+    meter = CpuMeter({"me": os.getpid(), "gone": 2**22 + 7})
+    meter.start()
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    shares = meter.read()
+    assert shares["me_cpu_pct"] > 10 and 0 <= shares["machine_busy_pct"] <= 100
+    assert "gone_cpu_pct" not in shares, "a process that does not exist is left out, not an error"
+    assert rss(os.getpid()) > 1024 * 1024 and mem_available() > 0
+    with open(f"/proc/{os.getpid()}/comm") as f:
+        assert os.getpid() in pids_named(f.read().strip())
+
+
+def test_only_a_complete_full_run_replaces_the_latest_table() -> None:
+    full, quick = Options(), make_options(quick=True, overrides={})
+    assert _stem(full, Outcome(started_at="t")) == "latest"
+    assert _stem(quick, Outcome(started_at="t")) == "quick"
+    assert _stem(full, Outcome(started_at="t", failures={"step": "broke"})) == "partial"
+    assert _stem(full, Outcome(started_at="t", interrupted=True)) == "partial"
+    assert _stem(make_options(quick=False, overrides={"sections": ("step",)}), Outcome(started_at="t")) == "partial"
