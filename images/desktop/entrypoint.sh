@@ -26,9 +26,11 @@ begin
 start_session_bus
 prepare_chromium_profile || say "could not write the Chromium preferences"
 if start_x; then
+    start_agent # now, so its start-up overlaps the window manager's; it reports healthy once both are up
     start_wm
     start_vnc
     run_autostart
+else
+    start_agent
 fi
-start_agent
 supervise

@@ -88,12 +88,14 @@ class Backend(abc.ABC):
         """Release clients and connections; sandboxes keep running."""
 
 
-async def probe_health(backend: Backend, sandbox_id: str) -> Health:
+async def probe_health(backend: Backend, sandbox_id: str, *, known: BackendSandbox | None = None) -> Health:
     """The engine's view and the agent's deep probes, in one report.
 
+    ``known``: the engine's view from a listing just taken; it saves an inspect per sandbox, which
+    at hundreds of sandboxes per health round is what costs the control plane most.
     A dead agent or a stopped container shows as a failed check, never as an exception.
     """
-    state = await backend.inspect(sandbox_id)
+    state = known if known is not None else await backend.inspect(sandbox_id)
     if state.state is not RuntimeState.RUNNING:
         detail = f"container is {state.state.value}" + (
             f" (exit code {state.exit_code})" if state.exit_code is not None else ""

@@ -11,7 +11,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox.backends.base import RuntimeState, probe_health
+from sandbox.backends.base import BackendSandbox, RuntimeState, probe_health
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxState
 from sandbox.observability.metrics import FailureCause
@@ -116,12 +116,14 @@ class Lifecycle:
                 cause: FailureCause = "container_gone" if engine is None else "container_exited"
                 checks.append(self._fail(record, f"its container is {state}", cause))
             else:
-                checks.append(self._probe(record, semaphore))
+                checks.append(self._probe(record, engine, semaphore))
         await asyncio.gather(*checks)
 
-    async def _probe(self, record: SandboxRecord, semaphore: asyncio.Semaphore) -> None:
+    async def _probe(self, record: SandboxRecord, engine: BackendSandbox, semaphore: asyncio.Semaphore) -> None:
         async with semaphore:
-            health = await probe_health(self.service.backend, record.instance)
+            health = await probe_health(self.service.backend, record.instance, known=engine)
+            if not health.ok:  # the container may have died since the listing: say so if it did
+                health = await probe_health(self.service.backend, record.instance)
         if not health.ok:
             await self._fail(record, _reason(health), "probe_failed")
 
