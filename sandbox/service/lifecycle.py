@@ -104,10 +104,13 @@ class Lifecycle:
 
     async def check_health(self) -> None:
         """Engine state of every sandbox in one listing, then deep probes of the running ones."""
+        # Records first: every instance they name was started before they were saved, so the listing
+        # taken after them shows it; the other way round, a sandbox created in between looks dead.
+        records = await self._records()
         listing = {s.id: s for s in await self.service.backend.list_sandboxes()}
         semaphore = asyncio.Semaphore(self.settings.probe_concurrency)
         checks = []
-        for record in await self._records():
+        for record in records:
             if record.state is not SandboxState.RUNNING or record.id in self._probing:
                 continue
             engine = listing.get(record.instance)
