@@ -1,14 +1,15 @@
-"""The health round over the fake backend: races between a round and the calls around it."""
+"""Races between background work (health rounds, activity updates) and the calls around them, on the fake backend."""
 
 from __future__ import annotations
 
 import pytest
 
 from sandbox.backends.base import BackendSandbox
-from sandbox.models import SandboxSpec, SandboxState
+from sandbox.models import Exec, SandboxSpec, SandboxState
 from sandbox.service import SandboxService
 from sandbox.service.auth import Principal
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
+from sandbox.service.records import SANDBOXES, SandboxRecord
 from tests.unit.conftest import LOGGER
 
 ALICE = Principal("alpha")
@@ -33,3 +34,20 @@ async def test_a_sandbox_created_during_a_round_is_not_taken_for_dead(
         assert info.state is SandboxState.RUNNING, f"a new sandbox was marked {info.state}: {info.error}"
     finally:
         await service.delete(ALICE, created[0])
+
+
+async def test_an_activity_update_does_not_undo_a_reset(service: SandboxService) -> None:
+    info = await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "touch"}))
+    try:
+        doc = await service.store.get(SANDBOXES, info.id)
+        assert doc is not None
+        read_before_the_reset = SandboxRecord.model_validate(doc)  # as a step in flight holds it
+        await service.reset(ALICE, info.id)
+        service._touched.clear()  # the step's activity update is due
+        await service._touch(read_before_the_reset)
+        after = await service.store.get(SANDBOXES, info.id)
+        assert after is not None and after["instance"] != read_before_the_reset.instance, "the reset was undone"
+        result = await service.exec(ALICE, info.id, Exec(cmd="echo alive"))
+        assert result.stdout == "alive\n"
+    finally:
+        await service.delete(ALICE, info.id)
