@@ -28,7 +28,7 @@ APPS = (
     "xterm -geometry 90x32+620+300 -e sh -c 'ps aux; ls -l /etc; exec sleep 100000'",
 )
 BASELINE = "docker exec import + docker cp"
-THROTTLED = "back to back, the sandbox's 1-CPU quota throttles it now and then (CFS): the p99"
+THROTTLED = "its p99 comes from the sandbox's 1-CPU quota: back to back, CFS throttles it now and then"
 
 
 async def _show_apps(sandbox: AsyncSandbox) -> None:
