@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -25,7 +24,7 @@ from sandbox.service import Principal, SandboxService
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.service.records import CREATED_COUNTER
 from sandbox.store import EmbeddedStore
-from tests.conftest import OWNER, RUN_ID, TEST_LABEL, require_image
+from tests.conftest import OWNER, RUN_ID, TEST_LABEL, owned_by, require_image
 
 pytestmark = pytest.mark.docker
 
@@ -40,19 +39,16 @@ FAST = LifecycleSettings(tick_s=0.2, health_interval_s=1.0, reconcile_interval_s
 async def service(docker_client: docker.DockerClient) -> AsyncIterator[SandboxService]:
     for kind in ("terminal", "desktop"):
         require_image(docker_client, kind)
-    backend = DockerBackend(DockerConfig(owner=LC_OWNER, socket_root=LC_SOCKET_ROOT))
-    store = await EmbeddedStore.open(None, logger=LOGGER)
-    service = SandboxService(backend, store, logger=LOGGER)
-    yield service
-    await service.close()
-    await store.close()
-    filters = {"label": f"{LABEL_OWNER}={LC_OWNER}"}
-    for container in docker_client.containers.list(all=True, filters=filters):
-        container.remove(force=True, v=True)
-    for image in docker_client.images.list(filters=filters):
+    with owned_by(docker_client, LC_OWNER, LC_SOCKET_ROOT):
+        backend = DockerBackend(DockerConfig(owner=LC_OWNER, socket_root=LC_SOCKET_ROOT))
+        store = await EmbeddedStore.open(None, logger=LOGGER)
+        service = SandboxService(backend, store, logger=LOGGER)
+        yield service
+        await service.close()
+        await store.close()
+    for image in docker_client.images.list(filters={"label": f"{LABEL_OWNER}={LC_OWNER}"}):
         with contextlib.suppress(docker.errors.APIError):
             docker_client.images.remove(image.id, force=True)
-    shutil.rmtree(LC_SOCKET_ROOT, ignore_errors=True)
 
 
 @contextlib.asynccontextmanager
