@@ -1,4 +1,4 @@
-"""The table from the platform's exceptions to gRPC status codes and HTTP statuses."""
+"""The table from the platform's exceptions to gRPC status codes and HTTP statuses, and its inverses."""
 
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ _FROM_GRPC: dict[grpc.StatusCode, type[errors.SandboxError]] = {
 }
 
 
+# The statuses the HTTP framework answers with on its own (no platform error behind them), named as gRPC would.
+_GRPC_OF_HTTP: dict[int, grpc.StatusCode] = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    405: grpc.StatusCode.UNIMPLEMENTED,
+    **{status: code for code, status in _TABLE.values()},
+}
+
+
 def _lookup(error: errors.SandboxError) -> tuple[grpc.StatusCode, int]:
     for cls in type(error).__mro__:
         if cls in _TABLE:
@@ -45,6 +53,11 @@ def grpc_status(error: errors.SandboxError) -> grpc.StatusCode:
 
 def http_status(error: errors.SandboxError) -> int:
     return _lookup(error)[1]
+
+
+def grpc_status_of_http(status: int) -> grpc.StatusCode | None:
+    """The gRPC status of an HTTP status, for errors counted in one vocabulary across both transports."""
+    return _GRPC_OF_HTTP.get(status)
 
 
 def from_grpc(code: grpc.StatusCode, message: str) -> errors.SandboxError:

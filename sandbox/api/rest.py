@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandbox import __version__
 from sandbox.api.convert import Renewal
-from sandbox.api.errors import grpc_status, http_status
+from sandbox.api.errors import grpc_status, grpc_status_of_http, http_status
 from sandbox.api.webview import mount_webview
 from sandbox.errors import SandboxError, Unauthenticated
 from sandbox.models import (
@@ -63,18 +63,6 @@ _MAX_REPORTED_ERRORS = 10
 
 # Codes for the errors the HTTP layer raises itself (unknown route, wrong method, unreadable body).
 _HTTP_CODES = {400: "invalid_argument", 404: "not_found", 405: "method_not_allowed", 413: "resource_exhausted"}
-# The same errors as sandbox_api_errors_total codes: the gRPC status names, one vocabulary for both transports.
-_HTTP_METRIC_CODES = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    405: "UNIMPLEMENTED",
-    409: "FAILED_PRECONDITION",
-    413: "RESOURCE_EXHAUSTED",
-    422: "INVALID_ARGUMENT",
-    503: "UNAVAILABLE",
-}
 TRANSPORT = "rest"
 
 
@@ -243,7 +231,8 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code in (204, 304):
         return Response(status_code=exc.status_code, headers=exc.headers)
-    _count_error(request, _HTTP_METRIC_CODES.get(exc.status_code, "UNKNOWN"))
+    status = grpc_status_of_http(exc.status_code)
+    _count_error(request, status.name if status is not None else "UNKNOWN")
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = str(exc.detail)
     if exc.status_code == 400 and exc.__cause__ is not None:  # an unreadable body: say why

@@ -54,7 +54,6 @@ class PoolStats:
     ready: int
     starting: int
     min: int
-    max: int
 
 
 class Metrics:

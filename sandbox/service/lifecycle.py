@@ -69,8 +69,7 @@ class Lifecycle:
             self._log.info(
                 "replica %s leads the background work", self.service.replica, extra={"replica": self.service.replica}
             )
-            await self.service.sync_snapshot_pools()
-            self._last_reconcile = 0.0
+            self._last_health = self._last_reconcile = 0.0  # a new leader checks (and syncs snapshot pools) at once
         await self.service.pools.refill()
         await self.expire_leases()
         if now - self._last_health >= self.settings.health_interval_s:
@@ -100,7 +99,7 @@ class Lifecycle:
                 continue
             ended = record.lease_end()
             if ended is not None:
-                await self.service.expire(record, ended[1])
+                await self.service.expire(record, ended)
 
     async def check_health(self) -> None:
         """Engine state of every sandbox in one listing, then deep probes of the running ones."""

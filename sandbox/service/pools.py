@@ -77,12 +77,12 @@ class Pools:
         return set(self._pools)
 
     async def sizes(self) -> dict[str, int]:
-        return {key: len(await self._store.items(key)) for key in self._pools}
+        return {pool.key: pool.ready for pool in await self.stats()}
 
     async def stats(self) -> list[PoolStats]:
         """Each pool's bounds, its warm instances (from the store) and what this replica is starting for it."""
         return [
-            PoolStats(p.key, p.spec.kind, len(await self._store.items(p.key)), p.starting, p.min, p.max)
+            PoolStats(p.key, p.spec.kind, len(await self._store.items(p.key)), p.starting, p.min)
             for p in list(self._pools.values())
         ]
 

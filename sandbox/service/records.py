@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,6 +27,13 @@ LEADER_LOCK = "leader"
 
 # Lease fields and labels do not change what a container is: a warm instance fits any of them.
 _NOT_PROVISIONING = {"labels", "ttl_s", "idle_timeout_s", "auto_recover", "snapshot"}
+
+
+class LeaseEnd(NamedTuple):
+    at: float
+    cause: Literal["ttl", "idle"]
+    why: str
+    """For people: the tombstone's error says it."""
 
 
 class SandboxRecord(BaseModel):
@@ -57,14 +64,14 @@ class SandboxRecord(BaseModel):
             replacements=self.replacements,
         )
 
-    def lease_end(self) -> tuple[float, str] | None:
+    def lease_end(self) -> LeaseEnd | None:
         """When and why the lease ends, if that moment has passed."""
         now = time.time()
         if now >= self.expires_at:
-            return self.expires_at, f"its ttl of {self.spec.ttl_s:g} s ran out"
+            return LeaseEnd(self.expires_at, "ttl", f"its ttl of {self.spec.ttl_s:g} s ran out")
         idle = self.spec.idle_timeout_s
         if idle is not None and now - self.last_active_at >= idle:
-            return self.last_active_at + idle, f"it was idle for {idle:g} s"
+            return LeaseEnd(self.last_active_at + idle, "idle", f"it was idle for {idle:g} s")
         return None
 
 

@@ -52,6 +52,7 @@ from sandbox.service.pools import Pools
 from sandbox.service.records import (
     SANDBOXES,
     SNAPSHOTS,
+    LeaseEnd,
     SandboxRecord,
     SnapshotRecord,
     kind_and_state,
@@ -448,16 +449,14 @@ class SandboxService:
         self.metrics.replaced(record.spec.kind)
         self._event("sandbox_replaced", record, reason=reason, old_instance=old)
 
-    async def expire(self, record: SandboxRecord, why: str) -> None:
+    async def expire(self, record: SandboxRecord, ended: LeaseEnd) -> None:
         """End a lease: the instance goes; the record stays as a tombstone that explains why."""
-        # lease_end() tells the ttl first: a lease past its expiry ended by ttl, any other by idleness.
-        reason = "ttl" if time.time() >= record.expires_at else "idle"
         async with self._exclusive(record.id):
-            record.state, record.error = SandboxState.EXPIRED, f"expired because {why}"
+            record.state, record.error = SandboxState.EXPIRED, f"expired because {ended.why}"
             await self._save(record)
             self.instances.retire_later(record.instance)
-        self.metrics.expired(record.spec.kind, reason)
-        self._event("sandbox_expired", record, reason=why)
+        self.metrics.expired(record.spec.kind, ended.cause)
+        self._event("sandbox_expired", record, reason=ended.why)
 
     def _event(self, kind: str, record: SandboxRecord, **details: Any) -> None:
         event = {"at": time.time(), "event": kind, "sandbox_id": record.id, "tenant": record.tenant, **details}
@@ -551,7 +550,7 @@ class SandboxService:
         state = await self.backend.inspect(record.instance)
         failure: FailureCause
         if state.state is RuntimeState.RUNNING:
-            health = await probe_health(self.backend, record.instance)
+            health = await probe_health(self.backend, record.instance, known=state)
             if health.ok:
                 return cause  # a passing fault; the sandbox itself is fine
             reason, failure = _reason(health), "probe_failed"

@@ -21,7 +21,7 @@ from sandbox.client import AsyncClient, AsyncSandbox, Client
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
 from sandbox.models import SandboxSpec, SandboxState
 from sandbox.service import SandboxService
-from sandbox.service.records import SANDBOXES, SandboxRecord
+from sandbox.service.records import SANDBOXES, LeaseEnd, SandboxRecord
 from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN
 
 DEFAULT_TTL_S = SandboxSpec.model_fields["ttl_s"].default
@@ -162,7 +162,7 @@ async def test_an_expired_sandbox_is_failed_precondition_until_deleted(
     sb = await alpha.create("terminal")
     doc = await service.store.get(SANDBOXES, sb.id)
     assert doc is not None
-    await service.expire(SandboxRecord.model_validate(doc), "the test said so")
+    await service.expire(SandboxRecord.model_validate(doc), LeaseEnd(time.time(), "ttl", "the test said so"))
 
     with pytest.raises(FailedPrecondition, match="expired"):
         await sb.renew()
