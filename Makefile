@@ -18,6 +18,8 @@ run: setup  ## set up whatever is missing, then start the control plane
 lint:
 	$(VENV)/bin/ruff check --output-format concise sandbox tests $(wildcard bench)
 	$(VENV)/bin/ruff format --check sandbox tests $(wildcard bench)
+	$(VENV)/bin/lint-imports --no-cache
+	$(PY) scripts/check_module_size.py
 
 typecheck:
 	$(VENV)/bin/mypy

@@ -22,11 +22,11 @@ from bench.options import Options
 from bench.progress import Progress
 from bench.report import Row
 from sandbox.agent_client import AgentClient
-from sandbox.backends.base import LABEL_ID, LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
+from sandbox.backends.base import LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from sandbox.client import AsyncClient, AsyncSandbox
 from sandbox.errors import SandboxError
 from sandbox.protocol import AGENT_SOCKET_NAME
-from sandbox.testing import ServerProcess
+from sandbox.testing.server import ServerProcess
 
 QUIET_S = 0.3
 """After the platform settles, so that the instance it just saw healthy is also in its pool queue."""
@@ -144,7 +144,7 @@ class Bench:
         """The id of the container a sandbox runs in (found by its instance's label, as a user would)."""
         result = await sandbox.exec(["printenv", "SANDBOX_ID"])
         instance = result.stdout.strip()
-        found = await self.docker.find({LABEL_ID: instance})
+        found = await self.docker.find({LABEL_INSTANCE: instance})
         if len(found) != 1:
             raise BenchError(f"sandbox {sandbox.id} (instance {instance!r}) has {len(found)} containers")
         return found[0]

@@ -18,13 +18,12 @@ from sandbox.errors import (
     ResourceExhausted,
     SandboxError,
     Unavailable,
-    from_agent,
 )
 from sandbox.models import ExecResult, FileInfo, Health, Screenshot
 from sandbox.protocol import FrameError, encode_frame, read_frame
+from sandbox.wire.limits import agent_deadline
+from sandbox.wire.status import from_agent
 
-# Added to an op's own deadline so the agent, not the transport, reports a slow op.
-TRANSPORT_SLACK_S = 5.0
 CONNECT_TIMEOUT_S = 3.0
 MAX_IDLE_CONNECTIONS = 16
 
@@ -50,7 +49,7 @@ class AgentClient:
         try:
             writer.write(frame)
             await writer.drain()
-            header, out = await asyncio.wait_for(read_frame(reader), deadline + TRANSPORT_SLACK_S)
+            header, out = await asyncio.wait_for(read_frame(reader), agent_deadline(deadline))
         except TimeoutError as e:
             _close(conn)
             raise DeadlineExceeded(f"agent of {self._label} did not answer {op} within {deadline:g} s") from e
@@ -211,7 +210,7 @@ class AgentClient:
         try:
             writer.write(encode_frame({"op": "tunnel", "args": {"port": port}, "deadline": 10}))
             await writer.drain()
-            header, _ = await asyncio.wait_for(read_frame(reader), 10 + TRANSPORT_SLACK_S)
+            header, _ = await asyncio.wait_for(read_frame(reader), agent_deadline(10))
         except (TimeoutError, OSError, asyncio.IncompleteReadError, FrameError) as e:
             _close(conn)
             raise Unavailable(f"cannot open a tunnel to port {port} of {self._label}: {e!r}") from e

@@ -101,20 +101,71 @@ def server(
         _fail(e)
 
 
+KindsArg = Annotated[list[str] | None, typer.Argument(help="terminal, desktop, browser (default: all).")]
+RecipesDirOpt = Annotated[
+    Path | None, typer.Option(help="Directory of the image recipes (default: the checkout's images/).")
+]
+
+
+def _image_kinds(kinds: list[str] | None) -> list[str]:
+    from sandbox.backends.docker.images import KINDS
+
+    return kinds or list(KINDS)
+
+
+def _progress(line: str) -> None:
+    # Build output is not markup: '[desktop] ...' and mmdebstrap's brackets must print as they are.
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 @images_app.command("build")
 def images_build(
-    kinds: Annotated[list[str] | None, typer.Argument(help="terminal, desktop, browser (default: all).")] = None,
+    kinds: KindsArg = None,
     force: Annotated[bool, typer.Option(help="Rebuild even when the recipe is unchanged.")] = False,
+    recipes_dir: RecipesDirOpt = None,
 ) -> None:
     """Build sandbox images; unchanged recipes are skipped in seconds."""
-    from sandbox.backends.docker.images import KINDS, build_images
+    from sandbox.backends.docker.images import build_images, image_tag
 
+    started = time.monotonic()
     try:
-        built = build_images(kinds or list(KINDS), force=force, progress=lambda line: console.print(line))
+        built = build_images(_image_kinds(kinds), force=force, recipes_dir=recipes_dir, progress=_progress)
     except SandboxError as e:
         _fail(e)
     for kind, tag in built.items():
-        console.print(f"{kind}: [green]{tag}[/green]")
+        console.print(f"{kind}: [green]{tag}[/green] (also {image_tag(kind)})")
+    console.print(f"images ready in {time.monotonic() - started:.1f}s")
+
+
+@images_app.command("check")
+def images_check(kinds: KindsArg = None, recipes_dir: RecipesDirOpt = None) -> None:
+    """Build nothing: exit 0 when every image is built from its current recipe, 1 (naming the stale ones) if not."""
+    from sandbox.backends.docker.images import outdated
+
+    wanted = _image_kinds(kinds)
+    try:
+        stale = outdated(wanted, recipes_dir=recipes_dir)
+    except SandboxError as e:
+        _fail(e)
+    for kind in wanted:
+        if kind in stale:
+            console.print(f"{kind}: [yellow]out of date[/yellow] (run `sandbox images build {kind}`)")
+        else:
+            console.print(f"{kind}: up to date")
+    if stale:
+        raise typer.Exit(1)
+
+
+@images_app.command("prune")
+def images_prune(kinds: KindsArg = None, recipes_dir: RecipesDirOpt = None) -> None:
+    """Remove superseded images of this platform that no container uses; the current recipe's images stay."""
+    from sandbox.backends.docker.images import prune
+
+    try:
+        removed = prune(_image_kinds(kinds), recipes_dir=recipes_dir, progress=_progress)
+    except SandboxError as e:
+        _fail(e)
+    console.print(f"removed {len(removed)} image reference{'' if len(removed) == 1 else 's'}")
 
 
 @app.command()

@@ -1,4 +1,4 @@
-"""The one exception root of the platform, and the table that maps agent error codes onto it.
+"""The one exception root of the platform.
 
     SandboxError
     ├── InvalidArgument        bad input: a field, an action, a path
@@ -14,12 +14,13 @@
     └── InternalError          a bug; never expected
 
 Every boundary (docker SDK, agent frames, gRPC, HTTP) translates into this tree with
-``raise X(...) from e``; the docker library's own exceptions never reach a caller.
+``raise X(...) from e``; the docker library's own exceptions never reach a caller. How each
+class travels (its agent error code, gRPC status and HTTP status) is one table,
+:data:`sandbox.wire.status.TABLE`, from which every mapping derives. This module imports
+nothing (no grpc), so anything may raise these.
 """
 
 from __future__ import annotations
-
-from sandbox.protocol import ErrorCode
 
 
 class SandboxError(Exception):
@@ -76,17 +77,9 @@ class InternalError(SandboxError):
     code = "internal"
 
 
-_FROM_AGENT: dict[str, type[SandboxError]] = {
-    ErrorCode.BAD_REQUEST: InvalidArgument,
-    ErrorCode.NOT_FOUND: NotFound,
-    ErrorCode.PERMISSION_DENIED: PermissionDenied,
-    ErrorCode.TOO_LARGE: ResourceExhausted,
-    ErrorCode.TIMEOUT: DeadlineExceeded,
-    ErrorCode.UNAVAILABLE: Unavailable,
-    ErrorCode.INTERNAL: InternalError,
-}
-
-
 def from_agent(code: str, message: str) -> SandboxError:
-    """The exception for an error frame the agent sent."""
-    return _FROM_AGENT.get(code, InternalError)(message)
+    """The exception for an error frame the agent sent: :func:`sandbox.wire.status.from_agent`, which reads the
+    one status table (imported here on first use, so that importing this module needs no grpc)."""
+    from sandbox.wire import status
+
+    return status.from_agent(code, message)

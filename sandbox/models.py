@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
 
+MAX_LEASE_S = 7 * 24 * 3600
+"""The longest lease (seconds): the limit of ``SandboxSpec.ttl_s`` and ``idle_timeout_s``, and of a renewal."""
+
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -79,9 +82,9 @@ class SandboxSpec(Model):
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels, kept with the sandbox.")
     snapshot: str | None = Field(None, description="Start from this snapshot of the caller's instead of the image.")
-    ttl_s: float = Field(6 * 3600, gt=0, le=7 * 24 * 3600, description="Lease: deleted this long after creation.")
+    ttl_s: float = Field(6 * 3600, gt=0, le=MAX_LEASE_S, description="Lease: deleted this long after creation.")
     idle_timeout_s: float | None = Field(
-        1800, gt=0, le=7 * 24 * 3600, description="Lease: deleted after this long with no call on it; None: never."
+        1800, gt=0, le=MAX_LEASE_S, description="Lease: deleted after this long with no call on it; None: never."
     )
     auto_recover: bool = Field(False, description="Replace the sandbox when it fails a health check.")
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox.backends.config import BackendConfig, DockerConfig, make_backend
+from sandbox.backends.docker.config import DockerConfig
+from sandbox.backends.factory import BackendConfig, make_backend
 from sandbox.errors import InvalidArgument
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
@@ -79,6 +80,7 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
     store = await open_store(settings.store, logger=logger)
     backend = make_backend(settings.backend)
     service = SandboxService(backend, store, logger=logger)
+    await service.start()
     for pool in settings.pools:
         service.pools.add(
             pool.spec, backend.image_for(pool.spec), min=pool.min, max=pool.max, max_starting=pool.max_starting

@@ -41,6 +41,41 @@ install_packages() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# live-restore: containers keep running while dockerd restarts (an upgrade, a crash), so sandboxes keep their
+# processes and files. The daemon reloads this setting on SIGHUP; set it for production engines too.
+DOCKERD_CONFIG=/etc/docker/daemon.json
+
+configure_dockerd() {
+    as_root mkdir -p "$(dirname "$DOCKERD_CONFIG")"
+    as_root python3 - "$DOCKERD_CONFIG" <<'PY'
+import json, os, sys
+path = sys.argv[1]
+config = {}
+if os.path.exists(path):
+    with open(path) as f:
+        text = f.read()
+    config = json.loads(text) if text.strip() else {}
+if config.get("live-restore") is not True:
+    config["live-restore"] = True
+    with open(path + ".tmp", "w") as f:
+        json.dump(config, f, indent=2)
+    os.replace(path + ".tmp", path)
+    print("==> docker: live-restore enabled in " + path)
+PY
+}
+
+ensure_live_restore() {
+    local pid
+    [[ $(docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null) == true ]] && return
+    if [[ -f $DOCKERD_PIDFILE ]] && pid=$(cat "$DOCKERD_PIDFILE") && kill -0 "$pid" 2>/dev/null; then
+        as_root kill -HUP "$pid"  # our dockerd: reload its configuration
+        sleep 1
+    fi
+    if [[ $(docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null) != true ]]; then
+        echo "setup: warning: dockerd runs without live-restore; sandboxes stop when it restarts" >&2
+    fi
+}
+
 start_dockerd() {
     local i pid
     if docker info >/dev/null 2>&1; then
@@ -99,16 +134,18 @@ build_images() {
         step "images: skipped (SANDBOX_SKIP_IMAGES=1)"
         return
     fi
-    if (cd "$ROOT" && "$VENV/bin/python" -m sandbox.backends.docker.images --check >/dev/null); then
+    if (cd "$ROOT" && "$VENV/bin/sandbox" images check >/dev/null); then
         step "images: up to date"
         return
     fi
     step "images: building"
-    (cd "$ROOT" && "$VENV/bin/python" -m sandbox.backends.docker.images)
+    (cd "$ROOT" && "$VENV/bin/sandbox" images build)
 }
 
 install_packages
+configure_dockerd
 start_dockerd
+ensure_live_restore
 setup_venv
 generate_stubs
 build_images

@@ -17,8 +17,9 @@ import pytest_asyncio
 
 from sandbox.agent_client import AgentClient
 from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
-from sandbox.backends.config import DockerConfig
 from sandbox.backends.docker.backend import DockerBackend
+from sandbox.backends.docker.claims import CLAIMS_DIR
+from sandbox.backends.docker.config import DockerConfig
 from sandbox.models import SandboxSpec
 
 RUN_ID = os.environ.get("SANDBOX_TEST_RUN_ID") or secrets.token_hex(4)
@@ -75,6 +76,9 @@ async def backend(docker_client: docker.DockerClient) -> AsyncIterator[DockerBac
     for network in docker_client.networks.list(filters=owner_filter()):
         network.remove()
     socket_dirs = os.listdir(SOCKET_ROOT) if os.path.isdir(SOCKET_ROOT) else []
+    claims = os.path.join(SOCKET_ROOT, CLAIMS_DIR)
+    if CLAIMS_DIR in socket_dirs and not os.listdir(claims):
+        socket_dirs.remove(CLAIMS_DIR)  # the claims folder itself stays; a claim left in it is a leak
     shutil.rmtree(SOCKET_ROOT, ignore_errors=True)
     assert not leaked, f"tests leaked containers: {[c.name for c in leaked]}"
     assert not socket_dirs, f"tests leaked socket directories: {socket_dirs}"

@@ -23,7 +23,7 @@ BASELINE = {"terminal": "docker rm -f + run → exec true", "desktop": "docker r
 
 
 async def _instance(sandbox: AsyncSandbox) -> str:
-    return (await sandbox.exec(["printenv", "SANDBOX_ID"])).stdout.strip()
+    return (await sandbox.exec(["printenv", "SANDBOX_INSTANCE_ID"])).stdout.strip()
 
 
 async def _measure(bench: Bench, platform: Platform, kind: str, n: int) -> tuple[list[float], list[float], int]:

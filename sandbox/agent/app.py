@@ -48,7 +48,7 @@ class AgentApp:
         self.display: Any = None
         self.browser: Any = None
         if config.kind in GUI_KINDS:
-            from sandbox.agent.display import Display
+            from sandbox.agent.display.service import Display
 
             self.display = Display(config.display, logger=logger)
         if config.kind == "browser":

@@ -62,10 +62,11 @@ class Files:
 
     def _read(self, path: str, offset: int, length: int | None) -> tuple[dict[str, Any], bytes]:
         fd = self._open(path, os.O_RDONLY)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # checked before fdopen, which refuses a directory with IsADirectoryError
+            os.close(fd)
+            raise bad_request(f"{path!r} is not a regular file")
         with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise bad_request(f"{path!r} is not a regular file")
             want = info.st_size - offset if length is None else length
             if want > MAX_READ_BYTES:
                 raise AgentError(

@@ -1,12 +1,12 @@
 """The gRPC skin over the service layer (``grpc.aio``, in the control plane's event loop).
 
-It translates and holds no logic: proto → models with :mod:`sandbox.api.convert`, a call to
+It translates and holds no logic: proto → models with :mod:`sandbox.wire.convert`, a call to
 :class:`~sandbox.service.SandboxService` on behalf of the caller's principal, models → proto,
-and the platform's exceptions → status codes with :func:`sandbox.api.errors.grpc_status`.
+and the platform's exceptions → status codes with :func:`sandbox.wire.status.grpc_status`.
 
 - Authentication: metadata ``authorization: Bearer <token>`` → ``TokenRegistry.authenticate``.
 - A request the models reject is ``INVALID_ARGUMENT`` with the bad field named (the converters
-  in :mod:`sandbox.api.convert` turn the ``ValidationError`` into ``InvalidArgument``).
+  in :mod:`sandbox.wire.convert` turn the ``ValidationError`` into ``InvalidArgument``).
 - Anything else unexpected is ``INTERNAL`` and logged with its traceback: a bug, never the
   answer to bad input.
 """
@@ -20,12 +20,13 @@ from typing import Any, TypeVar
 
 import grpc
 
-from sandbox.api import convert
-from sandbox.api.errors import grpc_status
-from sandbox.api.grpc_gen import sandbox_pb2 as pb
-from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
+from sandbox.wire import convert
+from sandbox.wire.grpc_gen import sandbox_pb2 as pb
+from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
+from sandbox.wire.limits import MESSAGE_SIZE_OPTIONS
+from sandbox.wire.status import grpc_status
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -238,7 +239,7 @@ async def bind_grpc_server(
     """Start serving on ``host:port`` (``port=0``: any free port); the server and the port it got."""
     server = grpc.aio.server(
         options=[
-            *convert.MESSAGE_SIZE_OPTIONS,
+            *MESSAGE_SIZE_OPTIONS,
             # Without this, Linux lets a second server bind a port already in use and the two share it.
             ("grpc.so_reuseport", 0),
         ]

@@ -38,12 +38,11 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import Field
 
 from sandbox.api import vnc_proxy
-from sandbox.api.errors import http_status
 from sandbox.errors import FailedPrecondition, SandboxError, Unauthenticated
 from sandbox.models import Model
-from sandbox.service.auth import Principal, TokenRegistry
-from sandbox.service.sandboxes import SandboxService
+from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.service.tickets import TicketGrant, TicketIssuer
+from sandbox.wire.status import http_status
 
 VIEW = "/view"
 VNC_PORT = 5900

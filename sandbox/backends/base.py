@@ -1,6 +1,10 @@
-"""What every backend provides: a place for a sandbox to live, and a way to reach its agent.
+"""What every backend provides: a place for an *instance* to live, and a way to reach its agent.
 
-A backend provisions (create, destroy, list, logs); the in-sandbox agent acts. The
+Vocabulary (see docs/architecture.md): an **instance** is what the engine runs — a container, a pod. A
+**sandbox** is the lease a client holds; the service maps each sandbox onto one instance at a time and
+swaps it on reset or recovery. Backends know only instances: every method here takes an instance id.
+
+A backend provisions (create, destroy, restart, list, logs, snapshot); the in-sandbox agent acts. The
 service layer knows backends only through this interface.
 """
 
@@ -8,7 +12,9 @@ from __future__ import annotations
 
 import abc
 import enum
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from sandbox.agent_client import AgentClient
 from sandbox.errors import SandboxError
@@ -17,14 +23,20 @@ from sandbox.models import Health, HealthCheck, SandboxKind, SandboxSpec
 # Labels on every engine object the platform creates. Clean-up filters on them.
 LABEL_MANAGED_BY = "sandbox.managed-by"
 LABEL_OWNER = "sandbox.owner"
-LABEL_ID = "sandbox.id"
+LABEL_INSTANCE = "sandbox.instance"
 LABEL_KIND = "sandbox.kind"
+LABEL_POOL = "sandbox.pool"
 LABEL_USER_PREFIX = "sandbox.user."
+LABEL_SNAPSHOT = "sandbox.snapshot"
+LABEL_SNAPSHOT_RECORD = "sandbox.snapshot-record"
+"""On a snapshot image: the snapshot's record (JSON), so a wiped store can adopt it again."""
 MANAGED_BY = "sandbox"
+INSTANCE_ENV = "SANDBOX_INSTANCE_ID"
+"""Inside an instance: its own instance id."""
 
 
 class RuntimeState(enum.StrEnum):
-    """What the engine says of a sandbox's container or pod."""
+    """What the engine says of an instance's container or pod."""
 
     STARTING = "starting"
     RUNNING = "running"
@@ -33,7 +45,7 @@ class RuntimeState(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class BackendSandbox:
+class BackendInstance:
     id: str
     kind: SandboxKind
     ref: str
@@ -44,58 +56,113 @@ class BackendSandbox:
     exit_code: int | None = None
 
 
+@dataclass(frozen=True)
+class BackendSnapshot:
+    """A snapshot image the engine holds, with the record the service attached when it was taken."""
+
+    ref: str
+    record: dict[str, Any] | None
+
+
 class Backend(abc.ABC):
     name: str
 
-    @abc.abstractmethod
-    async def create(self, sandbox_id: str, spec: SandboxSpec, *, ready_timeout: float | None = None) -> BackendSandbox:
-        """Start a sandbox and return once its agent answers and is healthy."""
+    def __init__(self) -> None:
+        self._agents: dict[str, AgentClient] = {}
 
     @abc.abstractmethod
-    async def destroy(self, sandbox_id: str) -> None:
-        """Remove the sandbox and everything it alone used. Idempotent."""
+    async def create(
+        self, instance_id: str, spec: SandboxSpec, *, pool: str | None = None, ready_timeout: float | None = None
+    ) -> BackendInstance:
+        """Start an instance and return once its agent answers and is healthy. ``pool``: the warm pool it is
+        started for, kept on the instance so a wiped store can tell warm instances from held ones."""
 
     @abc.abstractmethod
-    async def inspect(self, sandbox_id: str) -> BackendSandbox:
-        """Current engine state; ``RuntimeState.MISSING`` when the engine has no such sandbox."""
+    async def destroy(self, instance_id: str) -> None:
+        """Remove the instance and everything it alone used (its claim included). Idempotent."""
 
     @abc.abstractmethod
-    async def list_sandboxes(self) -> list[BackendSandbox]:
-        """Every sandbox this backend instance owns (by its owner label)."""
+    async def restart(self, instance_id: str, *, ready_timeout: float | None = None) -> BackendInstance:
+        """Start a stopped instance again in place, with its files, and wait until it is healthy."""
 
     @abc.abstractmethod
-    async def logs(self, sandbox_id: str, *, tail: int = 200) -> str:
-        """The sandbox's own output (its services and agent)."""
+    async def inspect(self, instance_id: str) -> BackendInstance:
+        """Current engine state; ``RuntimeState.MISSING`` when the engine has no such instance."""
+
+    @abc.abstractmethod
+    async def list_instances(self) -> list[BackendInstance]:
+        """Every instance this backend owns (by its owner label)."""
+
+    @abc.abstractmethod
+    async def logs(self, instance_id: str, *, tail: int = 200) -> str:
+        """The instance's own output (its services and agent)."""
 
     def image_for(self, spec: SandboxSpec) -> str:
-        """The image a sandbox of ``spec`` runs when the spec names none."""
+        """The image an instance of ``spec`` runs when the spec names none."""
         return spec.image or spec.kind.value
 
+    # claims: which sandbox holds an instance, kept with the instance on the engine side
+
     @abc.abstractmethod
-    async def snapshot(self, sandbox_id: str, name: str) -> str:
-        """Keep the sandbox's file system as an image; returns its reference."""
+    async def set_claim(self, instance_id: str, claim: dict[str, Any]) -> None:
+        """Attach the lease that holds this instance (sandbox id, tenant, spec, lease end), so that a
+        control plane whose store was wiped can rebuild the sandbox's record from the engine alone."""
+
+    @abc.abstractmethod
+    async def claims(self) -> dict[str, dict[str, Any]]:
+        """Instance id -> its claim, for every owned instance that has one."""
+
+    # snapshots
+
+    @abc.abstractmethod
+    async def snapshot(self, instance_id: str, name: str, *, record: dict[str, Any] | None = None) -> str:
+        """Keep the instance's file system as an image (carrying ``record``); returns its reference."""
+
+    @abc.abstractmethod
+    async def list_snapshots(self) -> list[BackendSnapshot]:
+        """Every snapshot image this backend owns."""
 
     @abc.abstractmethod
     async def collect_snapshots(self, *, keep: set[str]) -> list[str]:
-        """Remove snapshot images not in ``keep`` that no sandbox runs; returns the removed references."""
+        """Remove snapshot images not in ``keep`` that no instance runs; returns the removed references."""
+
+    # the agent
+
+    def agent(self, instance_id: str) -> AgentClient:
+        """A client of the instance's agent over this backend's transport (one per instance, pooled)."""
+        client = self._agents.get(instance_id)
+        if client is None:
+            client = self._agents[instance_id] = self._connect_agent(instance_id)
+        return client
 
     @abc.abstractmethod
-    def agent(self, sandbox_id: str) -> AgentClient:
-        """A client of the sandbox's agent over this backend's transport."""
+    def _connect_agent(self, instance_id: str) -> AgentClient:
+        """A new client of the instance's agent."""
 
-    @abc.abstractmethod
+    async def _forget_agent(self, instance_id: str) -> None:
+        agent = self._agents.pop(instance_id, None)
+        if agent is not None:
+            await agent.close()
+
     async def close(self) -> None:
-        """Release clients and connections; sandboxes keep running."""
+        """Release clients and connections; instances keep running."""
+        agents, self._agents = list(self._agents.values()), {}
+        for agent in agents:
+            await agent.close()
 
 
-async def probe_health(backend: Backend, sandbox_id: str, *, known: BackendSandbox | None = None) -> Health:
+def encode_claim(claim: dict[str, Any]) -> str:
+    return json.dumps(claim, separators=(",", ":"), sort_keys=True)
+
+
+async def probe_health(backend: Backend, instance_id: str, *, known: BackendInstance | None = None) -> Health:
     """The engine's view and the agent's deep probes, in one report.
 
-    ``known``: the engine's view from a listing just taken; it saves an inspect per sandbox, which
-    at hundreds of sandboxes per health round is what costs the control plane most.
+    ``known``: the engine's view from a listing just taken; it saves an inspect per instance, which
+    at hundreds of instances per health round is what costs the control plane most.
     A dead agent or a stopped container shows as a failed check, never as an exception.
     """
-    state = known if known is not None else await backend.inspect(sandbox_id)
+    state = known if known is not None else await backend.inspect(instance_id)
     if state.state is not RuntimeState.RUNNING:
         detail = f"container is {state.state.value}" + (
             f" (exit code {state.exit_code})" if state.exit_code is not None else ""
@@ -103,7 +170,7 @@ async def probe_health(backend: Backend, sandbox_id: str, *, known: BackendSandb
         return Health(ok=False, checks={"container": HealthCheck(ok=False, detail=detail)})
     container = HealthCheck(ok=True, detail="running")
     try:
-        report = await backend.agent(sandbox_id).health(deadline=10)
+        report = await backend.agent(instance_id).health(deadline=10)
     except SandboxError as e:
         agent = HealthCheck(ok=False, detail=f"agent does not answer: {e.message}")
         return Health(ok=False, checks={"container": container, "agent": agent})

@@ -25,23 +25,21 @@ import grpc
 from pydantic import ValidationError
 
 from sandbox import models
-from sandbox.api import convert
-from sandbox.api.errors import from_grpc
-from sandbox.api.grpc_gen import sandbox_pb2 as pb
 from sandbox.errors import InternalError, NotFound, SandboxError
+from sandbox.wire import convert
+from sandbox.wire.grpc_gen import sandbox_pb2 as pb
+from sandbox.wire.limits import MESSAGE_SIZE_OPTIONS, call_deadline
+from sandbox.wire.status import from_grpc, grpc_status_of_number
 
 T = TypeVar("T")
 
 CHUNK_BYTES = 16 * 1024 * 1024
-"""File data moves in pieces of this size, well under the 64 MiB message limit."""
-
-DEADLINE_SLACK_S = 30.0
-"""Beyond an operation's own timeout (an exec's, a wait's), how long its RPC may take."""
+"""File data moves in pieces of this size, well under the message limit (``sandbox.wire.limits.MAX_MESSAGE_BYTES``)."""
 
 SNAPSHOT_DEADLINE_S = 600.0
 """The least deadline of taking a snapshot: the engine copies the sandbox's whole file system."""
 
-CHANNEL_OPTIONS = convert.MESSAGE_SIZE_OPTIONS
+CHANNEL_OPTIONS = MESSAGE_SIZE_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -192,11 +190,11 @@ def delete_snapshot(name: str) -> Op[None]:
 
 
 def _action_budget(action: models.Action) -> float:
-    """How long acting may take beyond the usual: an exec's or navigation's timeout, a wait."""
+    """The least deadline of acting: past an exec's or navigation's timeout, or a wait (``call_deadline``)."""
     if isinstance(action, models.Exec | models.Navigate):
-        return action.timeout + DEADLINE_SLACK_S
+        return call_deadline(action.timeout)
     if isinstance(action, models.Wait):
-        return action.seconds + DEADLINE_SLACK_S
+        return call_deadline(action.seconds)
     return 0.0
 
 
@@ -208,15 +206,8 @@ def step_request(sandbox_id: str, action: models.Action | Mapping[str, Any], *, 
 
 def step_result(reply: pb.StepResponse) -> models.Observation:
     if reply.WhichOneof("result") == "error":
-        raise from_grpc(_status_code(reply.error.code), reply.error.message)
+        raise from_grpc(grpc_status_of_number(reply.error.code), reply.error.message)
     return convert.observation_from_proto(reply.observation)
-
-
-def _status_code(number: int) -> grpc.StatusCode:
-    for code in grpc.StatusCode:
-        if code.value[0] == number:
-            return code
-    return grpc.StatusCode.UNKNOWN
 
 
 def step(sandbox_id: str, action: models.Action | Mapping[str, Any], *, screenshot: bool) -> Op[models.Observation]:
@@ -253,7 +244,7 @@ def exec_(
     reply = yield Call(
         "Exec",
         pb.ExecRequest(sandbox_id=sandbox_id, exec=convert.exec_to_proto(request)),
-        min_timeout=request.timeout + DEADLINE_SLACK_S,
+        min_timeout=call_deadline(request.timeout),
     )
     return convert.exec_result_from_proto(reply)
 

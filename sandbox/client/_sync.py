@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from sandbox.api.grpc_gen import sandbox_pb2 as pb
-from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import _ops
 from sandbox.errors import Unavailable
 from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, SnapshotInfo
+from sandbox.wire.grpc_gen import sandbox_pb2 as pb
+from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sandbox.api.convert import validate_action
 from sandbox.client._sync import Client, Sandbox
 from sandbox.errors import FailedPrecondition
 from sandbox.models import Action, Observation, SandboxKind
+from sandbox.wire.convert import validate_action
 
 RewardFn = Callable[[Sandbox, Action, Observation], float]
 """``reward_fn(sandbox, action, observation) -> reward``; it may inspect the sandbox (exec, files)."""

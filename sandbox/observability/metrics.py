@@ -93,7 +93,13 @@ class Metrics:
         )
         self.replacements = Counter(
             "sandbox_replacements",
-            "Failed auto_recover sandboxes replaced in place.",
+            "Failed auto_recover sandboxes given a fresh instance under the same id.",
+            ["kind"],
+            registry=r,
+        )
+        self.restarts = Counter(
+            "sandbox_restarts",
+            "Failed auto_recover sandboxes whose stopped container was started again in place, files kept.",
             ["kind"],
             registry=r,
         )
@@ -165,6 +171,9 @@ class Metrics:
 
     def replaced(self, kind: SandboxKind) -> None:
         self.replacements.labels(kind.value).inc()
+
+    def restarted(self, kind: SandboxKind) -> None:
+        self.restarts.labels(kind.value).inc()
 
     def expired(self, kind: SandboxKind, reason: str) -> None:
         self.expirations.labels(kind.value, reason).inc()

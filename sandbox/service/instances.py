@@ -1,22 +1,23 @@
-"""Backend instances with their bookkeeping: every instance is in the store before it exists on the
-engine, so reconciliation can tell the platform's own containers from orphans."""
+"""Backend instances with their bookkeeping.
+
+Every instance is in the store before it exists on the engine, so reconciliation can tell the platform's
+own containers from orphans. Its record moves STARTING -> WARM -> SERVING -> RETIRING (see
+``records.InstanceState``), each move a compare-and-set: a claim from a pool and a removal by another
+replica can race, but only one of them wins, so no caller is ever handed an instance being removed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 
+from sandbox.aio import settled
 from sandbox.backends.base import Backend, RuntimeState
-from sandbox.errors import SandboxError
-from sandbox.models import SandboxKind, SandboxSpec
-from sandbox.service.records import CREATED_COUNTER, INSTANCES, InstanceRecord
+from sandbox.errors import SandboxError, Unavailable
+from sandbox.models import SandboxSpec
+from sandbox.service.records import CREATED_COUNTER, INSTANCES, InstanceRecord, InstanceState, new_instance_id
 from sandbox.store import Store
-
-
-def new_instance_id(kind: SandboxKind) -> str:
-    return f"{kind.value[:4]}-{secrets.token_hex(6)}"
 
 
 class Instances:
@@ -26,26 +27,61 @@ class Instances:
         self._log = logger
         self._retiring: set[asyncio.Task[None]] = set()
 
+    async def read(self, instance: str) -> InstanceRecord | None:
+        found = await self.store.get_versioned(INSTANCES, instance)
+        if found is None:
+            return None
+        record = InstanceRecord.model_validate(found.doc)
+        record.version = found.version
+        return record
+
+    async def all(self) -> dict[str, InstanceRecord]:
+        found = {}
+        for instance, versioned in (await self.store.all_versioned(INSTANCES)).items():
+            record = InstanceRecord.model_validate(versioned.doc)
+            record.version = versioned.version
+            found[instance] = record
+        return found
+
+    async def _move(self, record: InstanceRecord, state: InstanceState, *, sandbox: str | None = None) -> bool:
+        """Compare-and-set the record into ``state``; False if it changed since it was read."""
+        moved = record.moved_to(state, sandbox=sandbox)
+        version = await self.store.put_if_version(
+            INSTANCES, record.id, moved.model_dump(mode="json"), version=record.version
+        )
+        if version is None:
+            return False
+        record.state, record.sandbox, record.since, record.version = moved.state, moved.sandbox, moved.since, version
+        return True
+
     async def start(self, spec: SandboxSpec, image: str, *, pool: str | None = None, sandbox: str | None = None) -> str:
-        """Start an instance of ``spec`` running ``image``; returns once its agent is healthy."""
+        """Start an instance of ``spec`` running ``image``; returns once its agent is healthy, WARM for ``pool``
+        (the caller queues it) or SERVING ``sandbox``."""
         instance = new_instance_id(spec.kind)
-        record = InstanceRecord(id=instance, pool=pool, sandbox=sandbox, created_at=time.time())
-        await self.store.put(INSTANCES, instance, record.model_dump(mode="json"))
+        now = time.time()
+        record = InstanceRecord(id=instance, pool=pool, sandbox=sandbox, created_at=now, since=now)
+        version = await self.store.put_if_version(INSTANCES, instance, record.model_dump(mode="json"), version=0)
+        record.version = version or 0
         await self.store.incr(CREATED_COUNTER)
         try:
-            await self.backend.create(instance, spec.model_copy(update={"image": image}))
+            await self.backend.create(instance, spec.model_copy(update={"image": image}), pool=pool)
+            moved = await settled(self._move(record, InstanceState.WARM if pool else InstanceState.SERVING))
         except BaseException:
-            await asyncio.shield(self._forget(instance))
+            await settled(self._discard(instance))
             raise
+        if not moved:
+            # Taken for an orphan while it started (a start longer than the orphan grace): it is being removed.
+            raise Unavailable(f"instance {instance} was reclaimed while it started; retry")
         return instance
 
-    async def assign(self, instance: str, sandbox: str) -> None:
-        record = InstanceRecord(id=instance, pool=None, sandbox=sandbox, created_at=time.time())
-        await self.store.put(INSTANCES, instance, record.model_dump(mode="json"))
-
-    async def take_warm(self, pool: str) -> str | None:
-        """A warm instance from ``pool`` that still answers, handed out to this caller only."""
+    async def claim_warm(self, pool: str, sandbox: str) -> str | None:
+        """A warm instance from ``pool`` that still answers, handed to ``sandbox`` alone."""
         while (instance := await self.store.pop(pool)) is not None:
+            record = await self.read(instance)
+            if record is None or record.state is not InstanceState.WARM:
+                continue  # being removed, or unknown to the store: never handed out
+            if not await self._move(record, InstanceState.SERVING, sandbox=sandbox):
+                continue  # a removal won the race for it
             state = await self.backend.inspect(instance)
             if state.state is RuntimeState.RUNNING:
                 try:
@@ -61,11 +97,21 @@ class Instances:
             self.retire_later(instance)
         return None
 
-    async def retire(self, instance: str) -> None:
+    async def retire(self, instance: str, *, expected: InstanceRecord | None = None) -> bool:
+        """Remove an instance. With ``expected`` (a record read earlier), only if its record has not changed since:
+        False, and nothing removed, if it has (a claim won)."""
+        if expected is not None:
+            if not await self._move(expected, InstanceState.RETIRING):
+                return False
+        else:
+            while (record := await self.read(instance)) is not None and record.state is not InstanceState.RETIRING:
+                if await self._move(record, InstanceState.RETIRING):
+                    break
         try:
             await self.backend.destroy(instance)
         finally:
             await self._forget(instance)
+        return True
 
     def retire_later(self, instance: str) -> None:
         """Remove an instance in the background: the caller does not wait for the engine."""
@@ -87,7 +133,14 @@ class Instances:
     async def _forget(self, instance: str) -> None:
         await self.store.delete(INSTANCES, instance)
 
+    async def _discard(self, instance: str) -> None:
+        """Remove what a failed or cancelled start left (the backend removes its own half-made instance too)."""
+        try:
+            await self.backend.destroy(instance)
+        finally:
+            await self._forget(instance)
+
     async def drain(self) -> None:
         """Wait for background removals (at shutdown)."""
-        if self._retiring:
-            await asyncio.gather(*self._retiring, return_exceptions=True)
+        while self._retiring:
+            await asyncio.gather(*list(self._retiring), return_exceptions=True)

@@ -1,6 +1,6 @@
-"""The control plane's background work: health probes, lease expiry, warm-pool refills and
-reconciliation with the engine. Every replica runs the loop; only the one holding the leader
-lock in the store acts, so two replicas never double the work (or the containers)."""
+"""The control plane's background work: health probes, lease expiry, warm-pool refills, reconciliation
+with the engine, and adoption after the store lost its data. Every replica runs the loop; only the one
+holding the leader lock in the store acts, so two replicas never double the work (or the containers)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox.backends.base import BackendSandbox, RuntimeState, probe_health
+from sandbox.backends.base import BackendInstance, RuntimeState, probe_health
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxState
 from sandbox.observability.metrics import FailureCause
-from sandbox.service.records import INSTANCES, LEADER_LOCK, SANDBOXES, InstanceRecord, SandboxRecord
-from sandbox.service.sandboxes import SandboxService, _reason
+from sandbox.service.adoption import adopt, epoch_changed
+from sandbox.service.failures import reason
+from sandbox.service.records import LEADER_LOCK, SANDBOXES, InstanceRecord, InstanceState, SandboxRecord
+from sandbox.service.service import SandboxService
 
 TOMBSTONE_S = 3600.0
 """How long an expired sandbox's record stays to tell its client why it is gone."""
@@ -70,6 +72,8 @@ class Lifecycle:
                 "replica %s leads the background work", self.service.replica, extra={"replica": self.service.replica}
             )
             self._last_health = self._last_reconcile = 0.0  # a new leader checks (and syncs snapshot pools) at once
+        if await epoch_changed(self.service):
+            await self.adopt()
         await self.service.pools.refill()
         await self.expire_leases()
         if now - self._last_health >= self.settings.health_interval_s:
@@ -85,6 +89,13 @@ class Lifecycle:
             await self.service.store.unlock(LEADER_LOCK, self.service.replica)
             self._leader = False
             self.service.metrics.set_leader(False)
+
+    async def adopt(self) -> None:
+        """The store lost its data (or this replica never saw its epoch): rebuild what the engine can tell."""
+        self._suspects.clear()  # judged against records that may be gone
+        adopted = await adopt(self.service, logger=self._log)
+        if any(adopted.values()):
+            self._log.warning("the state store had lost records; adopted again from the engine: %s", adopted)
 
     async def _records(self) -> list[SandboxRecord]:
         docs = await self.service.store.all(SANDBOXES)
@@ -106,7 +117,7 @@ class Lifecycle:
         # Records first: every instance they name was started before they were saved, so the listing
         # taken after them shows it; the other way round, a sandbox created in between looks dead.
         records = await self._records()
-        listing = {s.id: s for s in await self.service.backend.list_sandboxes()}
+        listing = {s.id: s for s in await self.service.backend.list_instances()}
         semaphore = asyncio.Semaphore(self.settings.probe_concurrency)
         checks = []
         for record in records:
@@ -121,21 +132,18 @@ class Lifecycle:
                 checks.append(self._probe(record, engine, semaphore))
         await asyncio.gather(*checks)
 
-    async def _probe(self, record: SandboxRecord, engine: BackendSandbox, semaphore: asyncio.Semaphore) -> None:
+    async def _probe(self, record: SandboxRecord, engine: BackendInstance, semaphore: asyncio.Semaphore) -> None:
         async with semaphore:
             health = await probe_health(self.service.backend, record.instance, known=engine)
             if not health.ok:  # the container may have died since the listing: say so if it did
                 health = await probe_health(self.service.backend, record.instance)
         if not health.ok:
-            await self._fail(record, _reason(health), "probe_failed")
+            await self._fail(record, reason(health), "probe_failed")
 
-    async def _fail(self, record: SandboxRecord, reason: str, cause: FailureCause) -> None:
+    async def _fail(self, record: SandboxRecord, why: str, cause: FailureCause) -> None:
         self._probing.add(record.id)
-        try:
-            fresh = await self.service.store.get(SANDBOXES, record.id)
-            if fresh is None or SandboxRecord.model_validate(fresh).instance != record.instance:
-                return  # deleted or already swapped meanwhile
-            await self.service.mark_failed(record, reason, cause=cause)
+        try:  # mark_failed acts only if the record still names this instance (not deleted or swapped meanwhile)
+            await self.service.mark_failed(record, why, cause=cause)
         except SandboxError as e:
             self._log.warning(
                 "handling the failure of %s failed: %s", record.id, e.message, extra={"sandbox_id": record.id}
@@ -144,36 +152,53 @@ class Lifecycle:
             self._probing.discard(record.id)
 
     async def reconcile(self) -> None:
-        """Remove containers nobody uses; forget instance records whose container is gone.
+        """Remove instances nobody uses; forget queued instances whose container is gone.
 
-        An instance is used when a sandbox runs on it or it waits in a pool queue. One that is
-        unused in two passes in a row (and old enough) is an orphan: a create cut off by a
-        crash, a container someone else left with our labels. Two passes, because a warm
-        instance is briefly in neither place while a sandbox takes it.
+        Used: a WARM instance in the queue of a pool still kept; a SERVING one that its sandbox's record names,
+        or claimed within the grace (its sandbox's record is being written); a STARTING one within the grace.
+        Unused in two passes in a row (and old enough) is an orphan: a create cut off by a crash, a container
+        someone else left with our labels. Each removal is a compare-and-set on the record as read in this pass,
+        so an instance claimed meanwhile is never removed. Nothing is removed while the store's epoch changes.
         """
-        store, backend = self.service.store, self.service.backend
-        known = {i: InstanceRecord.model_validate(d) for i, d in (await store.all(INSTANCES)).items()}
-        on_engine = {s.id: s for s in await backend.list_sandboxes()}
-        # Only queues of pools still kept count: a replica waiting for a deleted snapshot is unused.
-        queues = {k.pool for k in known.values() if k.pool} & self.service.pools.keys()
+        service = self.service
+        store, backend = service.store, service.backend
+        if await epoch_changed(service):
+            return  # adopt first (next tick)
+        known = await service.instances.all()
+        # Queues before the engine listing: an instance queued in between shows as used in the next pass.
+        queues = {k.pool for k in known.values() if k.pool} & service.pools.keys()
         waiting = {item for key in queues for item in await store.items(key)}
-        serving = {r.instance for r in await self._records() if r.state is not SandboxState.EXPIRED}
-        now = time.time()
+        serving = {r.instance: r.id for r in await self._records() if r.state is not SandboxState.EXPIRED}
+        on_engine = {s.id: s for s in await backend.list_instances()}
+        now, grace = time.time(), self.settings.orphan_grace_s
         unused = set()
         for instance in set(on_engine) | set(known):
             record = known.get(instance)
-            born = record.created_at if record else on_engine[instance].created_at
-            if instance not in serving and instance not in waiting and now - born >= self.settings.orphan_grace_s:
+            if record is None:
+                if now - on_engine[instance].created_at >= grace:
+                    unused.add(instance)
+            elif _unused(record, waiting, serving, now, grace):
                 unused.add(instance)
+        if await epoch_changed(service):
+            return
         for instance in unused & self._suspects:
+            record = known.get(instance)
             self._log.warning("removing orphan instance %s", instance, extra={"instance": instance})
             with contextlib.suppress(SandboxError):
-                await self.service.instances.retire(instance)
-            pool = known[instance].pool if instance in known else None
-            if pool:
-                await store.remove(pool, instance)
+                await service.instances.retire(instance, expected=record)
         self._suspects = unused - self._suspects
         for instance, record in known.items():  # a warm instance whose container died
             if instance not in on_engine and record.pool and instance in waiting:
                 await store.remove(record.pool, instance)
-        await self.service.collect_snapshot_images()
+        await service.collect_snapshot_images()
+
+
+def _unused(record: InstanceRecord, waiting: set[str], serving: dict[str, str], now: float, grace: float) -> bool:
+    young = now - record.since < grace
+    if record.state is InstanceState.WARM:
+        return record.id not in waiting
+    if record.state is InstanceState.SERVING:
+        return serving.get(record.id) != record.sandbox and not young
+    if record.state is InstanceState.STARTING:
+        return not young
+    return not young  # RETIRING: a removal that did not finish

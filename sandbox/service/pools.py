@@ -4,6 +4,9 @@ A pool is a FIFO queue in the store, so a warm instance is popped by exactly one
 any replica. Only the leader refills, and it counts what it is starting, so the pool never
 holds or starts more than ``max`` at once: instances ever created stay within
 ``handed out + max`` — never the over-creation of a refill race.
+
+A closed pool set starts nothing more; an instance whose start was under way when it closed is
+removed, never left running with nobody to hand it to.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox.aio import settled
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxSpec
 from sandbox.observability.metrics import PoolStats
@@ -51,6 +55,7 @@ class Pools:
         self._log = logger
         self._pools: dict[str, _Pool] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def add(self, spec: SandboxSpec, image: str, *, min: int, max: int, max_starting: int = 4) -> str:
         """Keep a pool (again: the sizes of a pool already kept are updated, its starts still count)."""
@@ -88,6 +93,8 @@ class Pools:
 
     async def refill(self) -> None:
         """Start what each pool lacks, within its bounds (leader only; returns without waiting)."""
+        if self._closed:
+            return
         for pool in list(self._pools.values()):
             ready = len(await self._store.items(pool.key))
             wanted = min(pool.min - ready - pool.starting, pool.max - ready - pool.starting)
@@ -101,21 +108,24 @@ class Pools:
     async def _start_one(self, pool: _Pool) -> None:
         try:
             instance = await self._instances.start(pool.spec, pool.image, pool=pool.key)
-            if self._pools.get(pool.key) is not pool:  # removed while it started (a deleted snapshot)
-                await self._instances.retire(instance)
-                return
-            await self._store.push(pool.key, instance)
+            await settled(self._hand_over(pool, instance))
         except SandboxError as e:
             self._log.warning("could not warm an instance for %s: %s", pool.key, e.message, extra={"pool": pool.key})
             await asyncio.sleep(1)  # do not spin on a broken image or engine
         finally:
             pool.starting -= 1
 
-    async def drain(self, *, remove_warm: bool) -> None:
+    async def _hand_over(self, pool: _Pool, instance: str) -> None:
+        """Queue a started instance, or remove it if its pool was closed or removed while it started."""
+        if self._closed or self._pools.get(pool.key) is not pool:
+            await self._instances.retire(instance)
+        else:
+            await self._store.push(pool.key, instance)
+
+    async def close(self) -> None:
+        """Start nothing more; stop the starts under way (what they made is removed). Queued warm instances stay
+        in the store for the next leader."""
+        self._closed = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if remove_warm:
-            for key in list(self._pools):
-                while (instance := await self._store.pop(key)) is not None:
-                    await self._instances.retire(instance)

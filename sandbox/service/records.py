@@ -1,18 +1,23 @@
 """What the service keeps in the store, and under which names.
 
 A sandbox's public id never changes; the backend *instance* serving it does (a reset swaps in
-a warm replica, a recovery swaps in a replacement). Records are documents in the store, so
+a warm instance, a recovery swaps in a replacement). Records are documents in the store, so
 a restarted control plane, or another replica, sees every sandbox a client holds.
+
+Every record read from the store carries the document's ``version`` (not stored in the document);
+a write that follows an await is a compare-and-set on it, so a stale write is refused, never applied.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
+import secrets
 import time
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.models import SandboxInfo, SandboxKind, SandboxSpec, SandboxState, SnapshotInfo
 
@@ -22,8 +27,23 @@ INSTANCES = "instances"
 """Collection: every backend instance the service started and has not yet removed -> InstanceRecord."""
 SNAPSHOTS = "snapshots"
 """Collection: "<tenant>/<name>" -> SnapshotRecord."""
+META = "meta"
+"""Collection: facts about the store itself."""
+EPOCH = "epoch"
+"""Key in META: written once into a store; its absence means the store lost its data (a Redis restarted empty)."""
 CREATED_COUNTER = "instances-created"
 LEADER_LOCK = "leader"
+
+
+def new_sandbox_id(kind: SandboxKind) -> str:
+    """A lease's public id: ``sb-<kind>-<12 hex>``."""
+    return f"sb-{kind.value[:4]}-{secrets.token_hex(6)}"
+
+
+def new_instance_id(kind: SandboxKind) -> str:
+    """An engine instance's id: ``in-<kind>-<12 hex>`` (never confused with a sandbox id)."""
+    return f"in-{kind.value[:4]}-{secrets.token_hex(6)}"
+
 
 # Lease fields and labels do not change what a container is: a warm instance fits any of them.
 _NOT_PROVISIONING = {"labels", "ttl_s", "idle_timeout_s", "auto_recover", "snapshot"}
@@ -39,6 +59,8 @@ class LeaseEnd(NamedTuple):
 class SandboxRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    version: int = Field(0, exclude=True)
+    """The store's version of the document this was read from (0: not read from the store)."""
     id: str
     tenant: str
     spec: SandboxSpec
@@ -49,6 +71,7 @@ class SandboxRecord(BaseModel):
     expires_at: float
     error: str | None = None
     replacements: int = 0
+    """Times a failed instance was recovered: started again in place, or replaced."""
 
     def info(self) -> SandboxInfo:
         return SandboxInfo(
@@ -64,6 +87,17 @@ class SandboxRecord(BaseModel):
             replacements=self.replacements,
         )
 
+    def claim(self) -> dict[str, Any]:
+        """What the instance carries on the engine side, enough to rebuild this record if the store loses it."""
+        return self.model_dump(
+            mode="json", include={"id", "tenant", "spec", "created_at", "expires_at", "replacements"}
+        )
+
+    @classmethod
+    def from_claim(cls, claim: dict[str, Any], instance: str) -> SandboxRecord:
+        now = time.time()
+        return cls.model_validate({**claim, "instance": instance, "state": SandboxState.RUNNING, "last_active_at": now})
+
     def lease_end(self) -> LeaseEnd | None:
         """When and why the lease ends, if that moment has passed."""
         now = time.time()
@@ -75,16 +109,41 @@ class SandboxRecord(BaseModel):
         return None
 
 
+class InstanceState(enum.StrEnum):
+    """Where an instance is in its life. Every change is a compare-and-set on the instance's record, so a
+    claim (WARM -> SERVING) and a removal (any -> RETIRING) of the same instance never both succeed."""
+
+    STARTING = "starting"
+    """The record is written before the engine is asked: a crash mid-start leaves a record to clean up."""
+    WARM = "warm"
+    """Started, waiting in its pool's queue."""
+    SERVING = "serving"
+    """Claimed by a sandbox (whose record names it once the claim is complete)."""
+    RETIRING = "retiring"
+    """Being removed; nothing may hand it out."""
+
+
 class InstanceRecord(BaseModel):
-    """A backend instance: serving a sandbox, warm in a pool, or being started."""
+    """A backend instance: being started, warm in a pool, serving a sandbox, or being removed."""
 
     model_config = ConfigDict(extra="forbid")
 
+    version: int = Field(0, exclude=True)
     id: str
+    state: InstanceState = InstanceState.STARTING
     pool: str | None = None
-    """The warm pool it waits in, until a sandbox takes it."""
+    """The warm pool it was started for."""
     sandbox: str | None = None
+    """The sandbox it serves (or was started for)."""
     created_at: float
+    since: float = 0.0
+    """When it entered its state."""
+
+    def moved_to(self, state: InstanceState, *, sandbox: str | None = None) -> InstanceRecord:
+        update: dict[str, Any] = {"state": state, "since": time.time()}
+        if sandbox is not None:
+            update["sandbox"] = sandbox
+        return self.model_copy(update=update)
 
 
 def kind_and_state(doc: dict[str, Any]) -> tuple[SandboxKind, SandboxState] | None:
@@ -109,13 +168,13 @@ def snapshot_key(tenant: str, name: str) -> str:
 
 
 class SnapshotRecord(SnapshotInfo):
-    """A snapshot and the spec of the sandbox it was taken from: what its warm replicas start with,
-    even after that sandbox is gone, on whichever replica leads."""
+    """A snapshot and the spec of the sandbox it was taken from: what its warm instances start with,
+    even after that sandbox is gone, on whichever control-plane replica leads."""
 
     spec: SandboxSpec | None = None
 
     def info(self) -> SnapshotInfo:
         return SnapshotInfo.model_validate(self.model_dump(exclude={"spec"}))
 
-    def replica_spec(self) -> SandboxSpec | None:
+    def warm_spec(self) -> SandboxSpec | None:
         return None if self.spec is None else self.spec.model_copy(update={"snapshot": self.name})

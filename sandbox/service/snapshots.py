@@ -1,44 +1,87 @@
-"""What a desktop snapshot starts on boot: the programs whose windows were open when it was taken."""
+"""Snapshots: a sandbox's file system (and, on a desktop, its open programs) kept under a name, with warm
+instances of it kept running when asked, so that a reset to it is a swap."""
 
 from __future__ import annotations
 
-from sandbox.agent_client import AgentClient
-from sandbox.errors import BackendError
+import re
+import time
 
-AUTOSTART_FILE = "/home/sandbox/.config/sandbox/autostart"
-"""One shell command line per program; the image's entrypoint starts each after the window manager."""
+from sandbox.errors import InvalidArgument, NotFound
+from sandbox.models import SandboxKind, SnapshotInfo
+from sandbox.service.acting import ActingOps
+from sandbox.service.auth import Principal
+from sandbox.service.autostart import capture_autostart
+from sandbox.service.core import timed
+from sandbox.service.records import SNAPSHOTS, SnapshotRecord, snapshot_key
 
-# Runs inside the sandbox under its python3: the command lines of the processes owning top-level windows.
-_CAPTURE = r"""
-import os, shlex, subprocess, sys
-def prop(*args):
-    return subprocess.run(["xprop", *args], capture_output=True, text=True).stdout
-listing = prop("-root", "_NET_CLIENT_LIST")
-windows = [w.strip() for w in listing.split("#", 1)[1].split(",")] if "#" in listing else []
-lines = []
-for window in windows:
-    pid = prop("-id", window, "_NET_WM_PID").partition("=")[2].strip()
-    if not pid.isdigit():
-        continue
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = [a.decode() for a in f.read().split(b"\0") if a]
-    except OSError:
-        continue
-    line = " ".join(shlex.quote(a) for a in argv)
-    if line and line not in lines:
-        lines.append(line)
-path = sys.argv[1]
-os.makedirs(os.path.dirname(path), exist_ok=True)
-with open(path, "w") as f:
-    f.write("".join(l + "\n" for l in lines))
-print(len(lines))
-"""
+SNAPSHOT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+MAX_WARM = 32
 
 
-async def capture_autostart(agent: AgentClient) -> int:
-    """Record the running GUI programs so the snapshot starts them again; returns how many."""
-    result = await agent.exec(["python3", "-c", _CAPTURE, AUTOSTART_FILE], timeout=30)
-    if result.exit_code != 0:
-        raise BackendError(f"could not record the running programs: {result.stderr.strip()[-500:]}")
-    return int(result.stdout.strip() or 0)
+class SnapshotOps(ActingOps):
+    @timed("snapshot")
+    async def snapshot(self, principal: Principal, sandbox_id: str, name: str, *, warm: int = 0) -> SnapshotInfo:
+        """Keep the sandbox's file system, and the GUI apps it runs, under ``name``."""
+        if not SNAPSHOT_NAME.match(name):
+            raise InvalidArgument("snapshot name must be 1-63 of [a-z0-9_.-], starting with a letter or digit")
+        if not 0 <= warm <= MAX_WARM:
+            raise InvalidArgument(f"warm must be between 0 and {MAX_WARM}")
+        record = await self._find(principal, sandbox_id)
+        if record.spec.kind is SandboxKind.DESKTOP:
+            await capture_autostart(self._agent(record))
+        snap = SnapshotRecord(
+            name=name,
+            tenant=principal.tenant,
+            kind=record.spec.kind,
+            image="",
+            source=sandbox_id,
+            created_at=time.time(),
+            warm=warm,
+            spec=record.spec,
+        )
+        # The image carries its record, so a store that loses its data can adopt the snapshot again.
+        image = await self.backend.snapshot(
+            record.instance, f"{principal.tenant}.{name}", record=snap.model_dump(mode="json", exclude={"image"})
+        )
+        snap = snap.model_copy(update={"image": image})
+        await self.store.put(SNAPSHOTS, snapshot_key(principal.tenant, name), snap.model_dump(mode="json"))
+        await self.sync_snapshot_pools()
+        return snap.info()
+
+    async def sync_snapshot_pools(self) -> None:
+        """Keep warm instances of the stored snapshots that ask for them, and of no others.
+
+        The leader calls this on every health pass, so a snapshot taken (or deleted) through
+        another replica gets (or loses) its warm instances here too.
+        """
+        kept = set()
+        for doc in (await self.store.all(SNAPSHOTS)).values():
+            snap = SnapshotRecord.model_validate(doc)
+            spec = snap.warm_spec()
+            if snap.warm and spec is not None:
+                kept.add(self.pools.add(spec, snap.image, min=snap.warm, max=snap.warm))
+        for key in self.pools.remove_snapshot_pools(keep=kept):
+            while (instance := await self.store.pop(key)) is not None:
+                self.instances.retire_later(instance)
+
+    async def list_snapshots(self, principal: Principal) -> list[SnapshotInfo]:
+        docs = await self.store.all(SNAPSHOTS)
+        snapshots = [SnapshotRecord.model_validate(doc).info() for doc in docs.values()]
+        return [s for s in snapshots if principal.can_see(s.tenant)]
+
+    async def delete_snapshot(self, principal: Principal, name: str) -> None:
+        key = snapshot_key(principal.tenant, name)
+        doc = await self.store.get(SNAPSHOTS, key)
+        if doc is None:
+            raise NotFound(f"no snapshot {name!r}")
+        await self.store.delete(SNAPSHOTS, key)
+        await self.sync_snapshot_pools()
+        await self.collect_snapshot_images()
+
+    async def collect_snapshot_images(self) -> list[str]:
+        """Remove snapshot images no snapshot names and no instance runs; returns what was removed."""
+        if await self._store_was_wiped():
+            return []  # the records naming them are being adopted again
+        docs = await self.store.all(SNAPSHOTS)
+        named = {str(doc["image"]) for doc in docs.values()}
+        return await self.backend.collect_snapshots(keep=named)

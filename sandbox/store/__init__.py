@@ -1,4 +1,5 @@
-"""The state store: JSON documents, FIFO queues, leased locks and counters, behind one interface.
+"""The state store: versioned JSON documents (with compare-and-set), FIFO queues, leased locks and counters,
+behind one interface.
 
 ``EmbeddedStore`` keeps one control plane's state in-process and in one JSON file; ``RedisStore`` shares it
 between replicas. Open either from config with ``await open_store(config, logger=...)``. ``RedisStore`` is
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sandbox.store.base import Store
+from sandbox.store.base import Store, Versioned
 from sandbox.store.config import EmbeddedStoreConfig, RedisStoreConfig, StoreConfig, default_state_path, open_store
 from sandbox.store.embedded import EmbeddedStore
 
@@ -23,6 +24,7 @@ __all__ = [
     "RedisStoreConfig",
     "Store",
     "StoreConfig",
+    "Versioned",
     "default_state_path",
     "open_store",
 ]

@@ -1,4 +1,4 @@
-"""The state-store interface: JSON documents, FIFO queues, leased locks and counters.
+"""The state-store interface: versioned JSON documents, FIFO queues, leased locks and counters.
 
 Two implementations share it: ``EmbeddedStore`` (one process, one JSON file) and ``RedisStore`` (several
 control-plane replicas, one Redis). The public methods here validate their arguments and the lifecycle once, for
@@ -6,6 +6,18 @@ both; an implementation fills in the ``_``-prefixed abstract methods and receive
 
 Errors (see ``sandbox.errors``): ``InvalidArgument`` for a bad name, value or ttl; ``Unavailable`` when the store
 does not answer (Redis down, state file not writable); ``FailedPrecondition`` for a closed store or corrupt state.
+
+Versions. Every write of a document (``put``, ``put_if_absent``, ``put_if_version``) gives it a new version: a
+positive int taken from ONE store-wide, monotonically increasing counter, so versions only grow and a key deleted
+and created again never gets an old version back (no ABA). ``put_if_version`` / ``delete_if_version`` are
+compare-and-set on that version, atomic across replicas; version 0 stands for "absent". The usual loop::
+
+    while True:
+        current = await store.get_versioned(c, k)
+        doc, version = (current.doc, current.version) if current else ({}, 0)
+        doc["n"] = doc.get("n", 0) + 1
+        if await store.put_if_version(c, k, doc, version=version) is not None:
+            break
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ from __future__ import annotations
 import abc
 import enum
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from sandbox.errors import FailedPrecondition, InvalidArgument
@@ -20,6 +33,15 @@ from sandbox.errors import FailedPrecondition, InvalidArgument
 MAX_NAME_LEN = 200
 MAX_TTL_S = 365 * 86400.0
 MAX_COUNTER_STEP = 2**63 - 1  # Redis counters are signed 64-bit
+MAX_VERSION = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A document (a fresh copy) and its version."""
+
+    doc: dict[str, Any]
+    version: int
 
 
 class StoreState(enum.Enum):
@@ -37,6 +59,14 @@ def check_name(kind: str, name: object) -> str:
     if not name.isprintable():
         raise InvalidArgument(f"{kind} name {name!r} holds a non-printable character")
     return name
+
+
+def check_version(version: object, *, absent_ok: bool) -> int:
+    """An expected version: an int in [1, 2**63-1], or also 0 ("absent") when ``absent_ok``."""
+    low = 0 if absent_ok else 1
+    if isinstance(version, bool) or not isinstance(version, int) or not low <= version <= MAX_VERSION:
+        raise InvalidArgument(f"version must be an int in [{low}, {MAX_VERSION}], got {version!r}")
+    return version
 
 
 def encode_document(value: object) -> str:
@@ -63,8 +93,9 @@ class Store(abc.ABC):
     """Collections of JSON documents, FIFO queues, leased locks and counters.
 
     Documents: ``collection -> key -> dict`` (anything ``json.dumps`` takes; returned as fresh copies, so tuples
-    come back as lists). Queues: each pushed item is popped by exactly one caller, across replicas. Locks: leased;
-    ``try_lock`` acquires or renews, the lease ends after ``ttl_s`` unless renewed. Counters start at 0.
+    come back as lists), each with a version (see the module docstring). Queues: each pushed item is popped by
+    exactly one caller, across replicas. Locks: leased; ``try_lock`` acquires or renews, the lease ends after
+    ``ttl_s`` unless renewed. Counters start at 0.
     """
 
     def __init__(self) -> None:
@@ -80,27 +111,56 @@ class Store(abc.ABC):
         self._check_open()
         return await self._get(check_name("collection", collection), check_name("key", key))
 
-    async def put(self, collection: str, key: str, value: dict[str, Any], *, durable: bool = True) -> None:
-        """Write a document. ``durable=False`` may be batched (the embedded store flushes it within its
-        ``flush_interval``); ``durable=True`` is on disk / in Redis before this returns."""
+    async def get_versioned(self, collection: str, key: str) -> Versioned | None:
+        """The document and its version, read together (atomically); None if absent."""
+        self._check_open()
+        return await self._get_versioned(check_name("collection", collection), check_name("key", key))
+
+    async def put(self, collection: str, key: str, value: dict[str, Any], *, durable: bool = True) -> int:
+        """Write a document; returns its new version. ``durable=False`` may be batched (the embedded store flushes
+        it within its ``flush_interval``); ``durable=True`` is on disk / in Redis before this returns."""
         self._check_open()
         text = encode_document(value)
-        await self._put(check_name("collection", collection), check_name("key", key), text, durable=durable)
+        return await self._put(check_name("collection", collection), check_name("key", key), text, durable=durable)
 
     async def put_if_absent(self, collection: str, key: str, value: dict[str, Any]) -> bool:
-        """Atomically write the document unless the key exists; True if written (durably)."""
+        """Atomically write the document unless the key exists; True if written (durably, with a new version)."""
         self._check_open()
         text = encode_document(value)
-        return await self._put_if_absent(check_name("collection", collection), check_name("key", key), text)
+        collection, key = check_name("collection", collection), check_name("key", key)
+        return await self._put_if_version(collection, key, text, version=0, durable=True) is not None
+
+    async def put_if_version(
+        self, collection: str, key: str, value: dict[str, Any], *, version: int, durable: bool = True
+    ) -> int | None:
+        """Write the document only if its current version is ``version`` (0: only if absent), atomically;
+        returns the new version, or None on a conflict (nothing is written). ``durable`` as for ``put``."""
+        self._check_open()
+        text = encode_document(value)
+        collection, key = check_name("collection", collection), check_name("key", key)
+        expected = check_version(version, absent_ok=True)
+        return await self._put_if_version(collection, key, text, version=expected, durable=durable)
 
     async def delete(self, collection: str, key: str) -> bool:
         """Remove a document (durably); True if it existed."""
         self._check_open()
         return await self._delete(check_name("collection", collection), check_name("key", key))
 
+    async def delete_if_version(self, collection: str, key: str, *, version: int) -> bool:
+        """Remove the document (durably) only if its current version is ``version`` (>= 1), atomically; True if
+        it was removed, False if absent or at another version."""
+        self._check_open()
+        collection, key = check_name("collection", collection), check_name("key", key)
+        return await self._delete_if_version(collection, key, version=check_version(version, absent_ok=False))
+
     async def all(self, collection: str) -> dict[str, dict[str, Any]]:
         self._check_open()
         return await self._all(check_name("collection", collection))
+
+    async def all_versioned(self, collection: str) -> dict[str, Versioned]:
+        """Every document of the collection with its version, read at one moment (atomically)."""
+        self._check_open()
+        return await self._all_versioned(check_name("collection", collection))
 
     # queues
 
@@ -164,16 +224,27 @@ class Store(abc.ABC):
     async def _get(self, collection: str, key: str) -> dict[str, Any] | None: ...
 
     @abc.abstractmethod
-    async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> None: ...
+    async def _get_versioned(self, collection: str, key: str) -> Versioned | None: ...
 
     @abc.abstractmethod
-    async def _put_if_absent(self, collection: str, key: str, text: str) -> bool: ...
+    async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> int: ...
+
+    @abc.abstractmethod
+    async def _put_if_version(
+        self, collection: str, key: str, text: str, *, version: int, durable: bool
+    ) -> int | None: ...
 
     @abc.abstractmethod
     async def _delete(self, collection: str, key: str) -> bool: ...
 
     @abc.abstractmethod
+    async def _delete_if_version(self, collection: str, key: str, *, version: int) -> bool: ...
+
+    @abc.abstractmethod
     async def _all(self, collection: str) -> dict[str, dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    async def _all_versioned(self, collection: str) -> dict[str, Versioned]: ...
 
     @abc.abstractmethod
     async def _push(self, queue: str, item: str) -> None: ...

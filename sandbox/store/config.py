@@ -35,7 +35,10 @@ class EmbeddedStoreConfig(_Config):
         "None keeps state in memory only: a restart loses it.",
     )
     flush_interval: float = Field(
-        0.5, gt=0, le=60, description="Seconds within which non-durable writes (and lock leases) reach the file."
+        0.5,
+        gt=0,
+        le=60,
+        description="Seconds within which non-durable writes (and locks taken or released) reach the file.",
     )
     reset_corrupt: bool = Field(
         False,

@@ -5,11 +5,23 @@ flusher) and end with ``await store.close()`` (final flush, releases the lock).
 
 Durability. Every change bumps a generation number; the file is rewritten whole (temp file, fsync, ``os.replace``,
 fsync of the directory, in a worker thread) by one writer at a time, so the file is always a complete old or new
-state, even after ``kill -9`` or a power cut. These calls return only once their change is on disk: ``put``
-(``durable=True``), ``put_if_absent``, ``delete``, ``push``, ``pop``, ``remove``, ``incr``; concurrent ones share
-one write (group commit). ``put(durable=False)``, ``try_lock`` and ``unlock`` are flushed by a background task
-within ``flush_interval`` — a crash may lose them (locks are leases: they lapse anyway). Locks are stored with
-their wall-clock expiry, so a restart keeps a lease until it would have run out.
+state, even after ``kill -9`` or a power cut. These calls return only once their change is on disk: ``put`` and
+``put_if_version`` (``durable=True``), ``put_if_absent``, ``delete``, ``delete_if_version``, ``push``, ``pop``,
+``remove``, ``incr``; concurrent ones share one write (group commit). ``put(durable=False)``, taking a lock and
+``unlock`` are flushed by a background task within ``flush_interval`` — a crash may lose them (locks are leases:
+they lapse anyway). A store with no change writes nothing: in particular the lock's owner renewing it (``try_lock``
+again) only moves its expiry in memory, so a leader renewing its lease every few hundred milliseconds does not
+rewrite the file. Locks are stored with their wall-clock expiry as of the last write, so a restart keeps a lease
+until it would have run out — or, for a lease renewed since that write, until its older expiry: it may lapse
+earlier than it would have without the restart, which is harmless since one state file serves one process.
+Lease expiry is measured with ``clock`` (``time.monotonic``; tests pass a fake one), converted to wall-clock time
+(``time.time``) relative to that clock on the way to and from the file.
+
+Versions. Each document is kept as (JSON text, version); ``last_version`` is the store-wide counter they are taken
+from. Both are in the file (see ``sandbox.store.embedded_file``), so a version read before a restart still
+matches after it if the document did not change, and a version is never handed out twice — except one handed out
+by a ``put(durable=False)`` that a crash lost before its flush, which may be handed out again; it lived only in
+the process the crash ended. Compare-and-set needs no lock: check and write happen with no ``await`` between.
 
 One process per file: ``<path>.lock`` is held (``flock``) while the store is open; a second store on the same
 file fails clearly instead of silently overwriting the first one's writes. Share state between processes or
@@ -21,27 +33,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import json
 import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
-from sandbox.store.base import Store, StoreState, decode_document, encode_document
-
-FORMAT_VERSION = 1
+from sandbox.errors import InvalidArgument, Unavailable
+from sandbox.store.base import Store, StoreState, Versioned, decode_document
+from sandbox.store.embedded_file import Snapshot, open_file, write_file
 
 
 @dataclass
 class _State:
-    documents: dict[str, dict[str, str]] = field(default_factory=dict)  # JSON text per document
+    documents: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)  # JSON text, version
     queues: dict[str, deque[str]] = field(default_factory=dict)
-    locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # owner, expiry (wall clock on disk)
+    locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # owner, expiry (by the store's clock)
     counters: dict[str, int] = field(default_factory=dict)
+    last_version: int = 0  # the newest document version handed out
 
 
 class EmbeddedStore(Store):
@@ -54,6 +65,7 @@ class EmbeddedStore(Store):
         flush_interval: float = 0.5,
         reset_corrupt: bool = False,
         logger: logging.Logger,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
         if flush_interval <= 0:
@@ -62,7 +74,8 @@ class EmbeddedStore(Store):
         self._flush_interval = flush_interval
         self._reset_corrupt = reset_corrupt
         self._log = logger
-        self._data = _State()  # locks here hold monotonic expiry
+        self._clock = clock  # lock expiry is measured with it
+        self._data = _State()
         self._gen = 0  # bumped by every change
         self._written_gen = 0  # the newest generation on disk
         self._write_lock = asyncio.Lock()  # one writer of the file at a time
@@ -78,46 +91,76 @@ class EmbeddedStore(Store):
         flush_interval: float = 0.5,
         reset_corrupt: bool = False,
         logger: logging.Logger,
+        clock: Callable[[], float] = time.monotonic,
     ) -> EmbeddedStore:
-        """Load the state file (a missing one is an empty state) and start the background flusher."""
-        store = cls(path, flush_interval=flush_interval, reset_corrupt=reset_corrupt, logger=logger)
+        """Load the state file (a missing one is an empty state) and start the background flusher. ``clock``
+        measures lock leases (seconds; a fake one lets tests move time)."""
+        store = cls(path, flush_interval=flush_interval, reset_corrupt=reset_corrupt, logger=logger, clock=clock)
         if store.path is not None:
-            store._lock_fd, loaded = await asyncio.to_thread(_open_file, store.path, reset_corrupt, logger)
-            store._data = _from_disk(loaded)
+            store._lock_fd, loaded = await asyncio.to_thread(open_file, store.path, reset_corrupt, logger)
+            store._data = _from_disk(loaded, clock)
             store._flusher = asyncio.create_task(store._flush_loop(), name=f"store-flush:{store.path}")
         store._state = StoreState.OPEN
         return store
 
     # documents
 
+    def _version(self, collection: str, key: str) -> int:
+        held = self._data.documents.get(collection, {}).get(key)
+        return 0 if held is None else held[1]
+
+    def _write_doc(self, collection: str, key: str, text: str) -> int:
+        self._data.last_version += 1
+        self._data.documents.setdefault(collection, {})[key] = (text, self._data.last_version)
+        return self._data.last_version
+
+    def _drop_doc(self, collection: str, key: str) -> None:
+        docs = self._data.documents[collection]
+        del docs[key]
+        if not docs:
+            del self._data.documents[collection]
+
     async def _get(self, collection: str, key: str) -> dict[str, Any] | None:
-        text = self._data.documents.get(collection, {}).get(key)
-        return None if text is None else decode_document(text, f"{collection}/{key}")
+        held = self._data.documents.get(collection, {}).get(key)
+        return None if held is None else decode_document(held[0], f"{collection}/{key}")
 
-    async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> None:
-        self._data.documents.setdefault(collection, {})[key] = text
+    async def _get_versioned(self, collection: str, key: str) -> Versioned | None:
+        held = self._data.documents.get(collection, {}).get(key)
+        return None if held is None else Versioned(decode_document(held[0], f"{collection}/{key}"), held[1])
+
+    async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> int:
+        version = self._write_doc(collection, key, text)
         await self._changed(durable=durable)
+        return version
 
-    async def _put_if_absent(self, collection: str, key: str, text: str) -> bool:
-        docs = self._data.documents.setdefault(collection, {})
-        if key in docs:
+    async def _put_if_version(self, collection: str, key: str, text: str, *, version: int, durable: bool) -> int | None:
+        if self._version(collection, key) != version:
+            return None
+        new = self._write_doc(collection, key, text)
+        await self._changed(durable=durable)
+        return new
+
+    async def _delete(self, collection: str, key: str) -> bool:
+        if not self._version(collection, key):
             return False
-        docs[key] = text
+        self._drop_doc(collection, key)
         await self._changed(durable=True)
         return True
 
-    async def _delete(self, collection: str, key: str) -> bool:
-        docs = self._data.documents.get(collection)
-        if docs is None or docs.pop(key, None) is None:
+    async def _delete_if_version(self, collection: str, key: str, *, version: int) -> bool:
+        if self._version(collection, key) != version:
             return False
-        if not docs:
-            del self._data.documents[collection]
+        self._drop_doc(collection, key)
         await self._changed(durable=True)
         return True
 
     async def _all(self, collection: str) -> dict[str, dict[str, Any]]:
         docs = self._data.documents.get(collection, {})
-        return {key: decode_document(text, f"{collection}/{key}") for key, text in docs.items()}
+        return {key: decode_document(text, f"{collection}/{key}") for key, (text, _) in docs.items()}
+
+    async def _all_versioned(self, collection: str) -> dict[str, Versioned]:
+        docs = self._data.documents.get(collection, {})
+        return {key: Versioned(decode_document(text, f"{collection}/{key}"), v) for key, (text, v) in docs.items()}
 
     # queues
 
@@ -153,17 +196,21 @@ class EmbeddedStore(Store):
     # leased locks
 
     async def _try_lock(self, name: str, owner: str, ttl_s: float) -> bool:
-        now = time.monotonic()
+        now = self._clock()
         held = self._data.locks.get(name)
-        if held is not None and held[0] != owner and held[1] > now:
-            return False
+        if held is not None and held[1] > now:
+            if held[0] != owner:
+                return False
+            # A renewal by the holder: in memory only, so an idle store writes nothing (see the module docstring).
+            self._data.locks[name] = (owner, now + ttl_s)
+            return True
         self._data.locks[name] = (owner, now + ttl_s)
         await self._changed(durable=False)
         return True
 
     async def _unlock(self, name: str, owner: str) -> bool:
         held = self._data.locks.get(name)
-        if held is None or held[0] != owner or held[1] <= time.monotonic():
+        if held is None or held[0] != owner or held[1] <= self._clock():
             return False
         del self._data.locks[name]
         await self._changed(durable=False)
@@ -202,9 +249,9 @@ class EmbeddedStore(Store):
             if self._written_gen >= gen:
                 return  # a write that began after this change already carried it
             target = self._gen
-            snapshot = _to_disk(self._data)
+            snapshot = _to_disk(self._data, self._clock)
             try:
-                await asyncio.to_thread(_write_file, self.path, snapshot)
+                await asyncio.to_thread(write_file, self.path, snapshot)
             except OSError as e:
                 raise Unavailable(f"cannot write the state file {self.path}: {e}") from e
             self._written_gen = max(self._written_gen, target)
@@ -247,22 +294,11 @@ def _forget(tasks: set[asyncio.Task[None]]) -> Any:
     return done
 
 
-# the file: {"version": 1, "documents": {collection: {key: doc}}, "queues": {queue: [item]},
-#            "locks": {name: {"owner": str, "expires_at": unix time}}, "counters": {name: int}}
-
-
-@dataclass
-class _Snapshot:
-    documents: dict[str, dict[str, str]]
-    queues: dict[str, list[str]]
-    locks: dict[str, dict[str, Any]]
-    counters: dict[str, int]
-
-
-def _to_disk(data: _State) -> _Snapshot:
-    """A copy the writer thread can own (documents are immutable strings: shallow copies are enough)."""
-    now_mono, now_wall = time.monotonic(), time.time()
-    return _Snapshot(
+def _to_disk(data: _State, clock: Callable[[], float]) -> Snapshot:
+    """A copy the writer thread can own (documents are immutable tuples of a string and an int: shallow copies
+    are enough). Lock expiry becomes wall-clock time; lapsed locks are left out."""
+    now_mono, now_wall = clock(), time.time()
+    return Snapshot(
         documents={c: dict(docs) for c, docs in data.documents.items()},
         queues={q: list(items) for q, items in data.queues.items()},
         locks={
@@ -271,110 +307,16 @@ def _to_disk(data: _State) -> _Snapshot:
             if expiry > now_mono
         },
         counters=dict(data.counters),
+        last_version=data.last_version,
     )
 
 
-def _from_disk(snapshot: _Snapshot) -> _State:
-    now_mono, now_wall = time.monotonic(), time.time()
+def _from_disk(snapshot: Snapshot, clock: Callable[[], float]) -> _State:
+    now_mono, now_wall = clock(), time.time()
     return _State(
         documents=snapshot.documents,
         queues={q: deque(items) for q, items in snapshot.queues.items() if items},
         locks={n: (lock["owner"], now_mono + (lock["expires_at"] - now_wall)) for n, lock in snapshot.locks.items()},
         counters=snapshot.counters,
+        last_version=snapshot.last_version,
     )
-
-
-def _render(snapshot: _Snapshot) -> bytes:
-    dumps = json.dumps
-    collections = ",".join(
-        dumps(c) + ":{" + ",".join(dumps(k) + ":" + text for k, text in docs.items()) + "}"
-        for c, docs in snapshot.documents.items()
-    )
-    return (
-        f'{{"version":{FORMAT_VERSION},"documents":{{{collections}}},"queues":{dumps(snapshot.queues)},'
-        f'"locks":{dumps(snapshot.locks)},"counters":{dumps(snapshot.counters)}}}\n'
-    ).encode()
-
-
-def _parse(raw: bytes) -> _Snapshot:
-    """The file's content, checked; ValueError if it is not a state file this code wrote."""
-    data = json.loads(raw)
-    if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
-        raise ValueError(f"not a version-{FORMAT_VERSION} state file")
-    documents, queues, locks, counters = (data.get(k, {}) for k in ("documents", "queues", "locks", "counters"))
-    if not all(isinstance(part, dict) for part in (documents, queues, locks, counters)):
-        raise ValueError("documents, queues, locks and counters must be objects")
-    snapshot = _Snapshot({}, {}, {}, {})
-    for collection, docs in documents.items():
-        if not isinstance(docs, dict):
-            raise ValueError(f"collection {collection!r} is not an object")
-        snapshot.documents[collection] = {key: encode_document(doc) for key, doc in docs.items()}
-    for queue, items in queues.items():
-        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            raise ValueError(f"queue {queue!r} is not a list of strings")
-        snapshot.queues[queue] = items
-    for name, lock in locks.items():
-        if not (isinstance(lock, dict) and isinstance(lock.get("owner"), str)):
-            raise ValueError(f"lock {name!r} has no owner")
-        if isinstance(lock.get("expires_at"), bool) or not isinstance(lock.get("expires_at"), int | float):
-            raise ValueError(f"lock {name!r} has no expiry")
-        snapshot.locks[name] = lock
-    for name, value in counters.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"counter {name!r} is not an integer")
-        snapshot.counters[name] = value
-    return snapshot
-
-
-def _open_file(path: str, reset_corrupt: bool, logger: logging.Logger) -> tuple[int, _Snapshot]:
-    """Take ``<path>.lock`` and read the state (in a worker thread). Returns the lock's fd and the state."""
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    lock_fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            raise FailedPrecondition(
-                f"state file {path} is in use by another store ({path}.lock is held); "
-                "one process per state file — share state between processes with Redis"
-            ) from e
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            return lock_fd, _Snapshot({}, {}, {}, {})
-        try:
-            return lock_fd, _parse(raw)
-        except (ValueError, InvalidArgument) as e:
-            if not reset_corrupt:
-                raise FailedPrecondition(
-                    f"state file {path} is corrupt ({e}); fix or remove it, or start with reset_corrupt=True "
-                    f"to move it aside as {path}.corrupt-<time> and start empty"
-                ) from e
-            aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-            os.replace(path, aside)
-            logger.error("state file %s is corrupt (%s); moved it to %s and started empty", path, e, aside)
-            return lock_fd, _Snapshot({}, {}, {}, {})
-    except BaseException:
-        os.close(lock_fd)
-        raise
-
-
-def _write_file(path: str, snapshot: _Snapshot) -> None:
-    """Replace the file atomically and durably (in a worker thread)."""
-    data = _render(snapshot)
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -3,10 +3,22 @@
 Open it with ``store = await RedisStore.open(url, namespace=..., logger=...)``: it PINGs once and fails with
 ``Unavailable`` naming the server when Redis does not answer. Keys (``<ns>`` = namespace):
 
-    <ns>:doc:<collection>   hash   field = key, value = the document's JSON    (HSET, HSETNX, HDEL, HGETALL)
+    <ns>:doc:<collection>   hash   field = key, value = the document's JSON    (Lua writes; HGET, HGETALL)
+    <ns>:ver:<collection>   hash   field = key, value = the document's version (Lua writes; MULTI reads)
+    <ns>:doc-version        string the store-wide version counter               (INCR, in the Lua writes)
     <ns>:queue:<queue>      list   head = next to pop                           (RPUSH, LPOP, LREM, LRANGE)
     <ns>:lock:<name>        string value = owner, expiring (PX)                 (SET NX PX; Lua renew/unlock)
     <ns>:counter:<name>     string an integer                                   (INCRBY, GET)
+
+Versions. Every document write is one Lua script that sets the JSON and a fresh version (INCR of
+``<ns>:doc-version``) together, after checking the expected version for ``put_if_version`` /
+``put_if_absent`` / ``delete_if_version``; ``delete`` removes both fields. ``get_versioned`` and ``all_versioned``
+read both hashes in one MULTI/EXEC, so a document and its version are always seen together. The counter is its own
+key (not ``<ns>:counter:…``), so no ``incr`` call can move it. A document with no version field — written by a
+build that predates versions — reads as version 1 and is compare-and-settable as such; the counter never hands out
+1 (it starts at 2), so that version cannot come back after the document is deleted and written again. Every
+replica sharing a namespace must run a build that keeps versions: an older one's HSET would change a document
+without changing its version.
 
 Every write is in Redis before its call returns (``durable`` changes nothing here); how long Redis keeps it is the
 server's persistence setting. Commands are never retried by the client: a retried LPOP or INCRBY whose first reply
@@ -27,7 +39,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from sandbox.errors import FailedPrecondition, InternalError, InvalidArgument, Unavailable
-from sandbox.store.base import Store, StoreState, check_name, decode_document
+from sandbox.store.base import Store, StoreState, Versioned, check_name, decode_document
 
 T = TypeVar("T")
 
@@ -42,6 +54,42 @@ _UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+# The document scripts: KEYS = <ns>:doc:<collection>, <ns>:ver:<collection>, <ns>:doc-version; ARGV[1] = key.
+# The version of an absent document is '0'; of a document without a version field (an older build's), '1'.
+# Versions are compared as the decimal strings Python sends and INCR-derived values are stored as.
+_DOC_FUNCTIONS = """
+local function version_of(key)
+  if redis.call('HEXISTS', KEYS[1], key) == 0 then return '0' end
+  return redis.call('HGET', KEYS[2], key) or '1'
+end
+local function write(key, text)
+  local v = redis.call('INCR', KEYS[3])
+  if v == 1 then v = redis.call('INCR', KEYS[3]) end
+  redis.call('HSET', KEYS[1], key, text)
+  redis.call('HSET', KEYS[2], key, v)
+  return v
+end
+"""
+# Write ARGV[2] as the document; the new version.
+_PUT = _DOC_FUNCTIONS + "return write(ARGV[1], ARGV[2])"
+# Write ARGV[2] if the version is ARGV[3]; the new version, or nil.
+_PUT_IF_VERSION = (
+    _DOC_FUNCTIONS
+    + """
+if version_of(ARGV[1]) ~= ARGV[3] then return false end
+return write(ARGV[1], ARGV[2])
+"""
+)
+# Delete the document (and its version) if its version is ARGV[2] (or, without ARGV[2], whatever it is); 1 if done.
+_DELETE = (
+    _DOC_FUNCTIONS
+    + """
+if ARGV[2] and version_of(ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
+)
 
 
 def redact(url: str) -> str:
@@ -79,6 +127,9 @@ class RedisStore(Store):
             raise InvalidArgument(f"bad Redis URL {self._where}: {e}") from e
         self._try_lock_script = self._client.register_script(_TRY_LOCK)
         self._unlock_script = self._client.register_script(_UNLOCK)
+        self._put_script = self._client.register_script(_PUT)
+        self._put_if_version_script = self._client.register_script(_PUT_IF_VERSION)
+        self._delete_script = self._client.register_script(_DELETE)
 
     @classmethod
     async def open(
@@ -115,23 +166,70 @@ class RedisStore(Store):
 
     # documents
 
+    def _doc_keys(self, collection: str) -> list[str]:
+        return [self._key("doc", collection), self._key("ver", collection), f"{self.namespace}:doc-version"]
+
+    def _versioned(self, collection: str, key: str, text: str | bytes, version: str | bytes | None) -> Versioned:
+        where = f"{collection}/{key} in Redis at {self._where}"
+        doc = decode_document(text, where)
+        if version is None:
+            return Versioned(doc, 1)  # written by a build without versions
+        try:
+            number = int(version)
+        except ValueError:
+            number = 0
+        if number < 1:
+            raise FailedPrecondition(f"corrupt version of document {where}: {version!r}")
+        return Versioned(doc, number)
+
     async def _get(self, collection: str, key: str) -> dict[str, Any] | None:
         text = await self._run(self._client.hget(self._key("doc", collection), key), "HGET")
         return None if text is None else decode_document(text, f"{collection}/{key} in Redis at {self._where}")
 
-    async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> None:
-        await self._run(self._client.hset(self._key("doc", collection), key, text), "HSET")
+    async def _get_versioned(self, collection: str, key: str) -> Versioned | None:
+        docs, versions, _ = self._doc_keys(collection)
 
-    async def _put_if_absent(self, collection: str, key: str, text: str) -> bool:
-        return bool(await self._run(self._client.hsetnx(self._key("doc", collection), key, text), "HSETNX"))
+        async def read() -> list[Any]:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hget(docs, key)
+                pipe.hget(versions, key)
+                return await pipe.execute()
+
+        text, version = await self._run(read(), "MULTI HGET")
+        return None if text is None else self._versioned(collection, key, text, version)
+
+    async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> int:
+        return int(await self._run(self._put_script(keys=self._doc_keys(collection), args=[key, text]), "put"))
+
+    async def _put_if_version(self, collection: str, key: str, text: str, *, version: int, durable: bool) -> int | None:
+        script = self._put_if_version_script(keys=self._doc_keys(collection), args=[key, text, str(version)])
+        new = await self._run(script, "put_if_version")
+        return None if new is None else int(new)
 
     async def _delete(self, collection: str, key: str) -> bool:
-        return bool(await self._run(self._client.hdel(self._key("doc", collection), key), "HDEL"))
+        return bool(await self._run(self._delete_script(keys=self._doc_keys(collection), args=[key]), "delete"))
+
+    async def _delete_if_version(self, collection: str, key: str, *, version: int) -> bool:
+        script = self._delete_script(keys=self._doc_keys(collection), args=[key, str(version)])
+        return bool(await self._run(script, "delete_if_version"))
 
     async def _all(self, collection: str) -> dict[str, dict[str, Any]]:
         found = await self._run(self._client.hgetall(self._key("doc", collection)), "HGETALL")
         where = f"in Redis at {self._where}"
         return {_str(k): decode_document(v, f"{collection}/{_str(k)} {where}") for k, v in found.items()}
+
+    async def _all_versioned(self, collection: str) -> dict[str, Versioned]:
+        docs, versions, _ = self._doc_keys(collection)
+
+        async def read() -> list[Any]:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hgetall(docs)
+                pipe.hgetall(versions)
+                return await pipe.execute()
+
+        found, numbers = await self._run(read(), "MULTI HGETALL")
+        numbers = {_str(k): v for k, v in numbers.items()}
+        return {_str(k): self._versioned(collection, _str(k), v, numbers.get(_str(k))) for k, v in found.items()}
 
     # queues
 

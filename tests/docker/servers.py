@@ -3,6 +3,6 @@ benchmarks, and is re-exported here for the tests that import it from this modul
 
 from __future__ import annotations
 
-from sandbox.testing import SANDBOX_BIN, ServerProcess, free_port
+from sandbox.testing.server import SANDBOX_BIN, ServerProcess, free_port
 
 __all__ = ["SANDBOX_BIN", "ServerProcess", "free_port"]

@@ -8,7 +8,7 @@ import secrets
 
 import pytest
 
-from sandbox.backends.base import LABEL_ID, RuntimeState
+from sandbox.backends.base import LABEL_INSTANCE, RuntimeState
 from sandbox.backends.docker.backend import DockerBackend
 from sandbox.errors import FailedPrecondition, NotFound
 from sandbox.models import SandboxSpec
@@ -23,14 +23,14 @@ async def test_create_list_logs_destroy_leaves_nothing(backend: DockerBackend) -
     created = await backend.create(sandbox_id, spec)
     try:
         assert created.state is RuntimeState.RUNNING and created.id == sandbox_id
-        listed = {s.id: s for s in await backend.list_sandboxes()}
+        listed = {s.id: s for s in await backend.list_instances()}
         assert sandbox_id in listed and listed[sandbox_id].labels["sandbox.user.task"] == "t1"
         assert "agent" in await backend.logs(sandbox_id)
         assert os.path.exists(os.path.join(backend.socket_dir(sandbox_id), "agent.sock"))
     finally:
         await backend.destroy(sandbox_id)
     assert (await backend.inspect(sandbox_id)).state is RuntimeState.MISSING
-    assert sandbox_id not in {s.id for s in await backend.list_sandboxes()}
+    assert sandbox_id not in {s.id for s in await backend.list_instances()}
     assert not os.path.exists(backend.socket_dir(sandbox_id))
     await backend.destroy(sandbox_id)  # idempotent
 
@@ -59,4 +59,4 @@ async def test_parallel_creates_do_not_block_each_other(backend: DockerBackend) 
         assert [a.stdout.strip() for a in answers] == ids
     finally:
         await asyncio.gather(*(backend.destroy(i) for i in ids))
-    assert not ({s.labels.get(LABEL_ID) for s in await backend.list_sandboxes()} & set(ids))
+    assert not ({s.labels.get(LABEL_INSTANCE) for s in await backend.list_instances()} & set(ids))

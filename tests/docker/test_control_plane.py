@@ -276,7 +276,7 @@ def test_tenants_and_a_dead_sandbox(control_plane: ControlPlane, backend: Any) -
                 beta.get(sandbox.id)
             assert sandbox.id not in {s.id for s in beta.list()}
             # The public id names a lease; the container behind it is the instance the agent reports.
-            observed = sandbox.step({"type": "exec", "cmd": "printf %s $SANDBOX_ID"})
+            observed = sandbox.step({"type": "exec", "cmd": "printf %s $SANDBOX_INSTANCE_ID"})
             assert observed.exec is not None
             instance = observed.exec.stdout.strip()
             backend.client.containers.get(backend.container_name(instance)).kill()

@@ -8,7 +8,9 @@ import pytest
 
 from sandbox.backends.base import probe_health
 from sandbox.errors import Unavailable
-from tests.conftest import SandboxFactory
+from sandbox.models import Health
+from tests.conftest import Sandbox, SandboxFactory
+from tests.polling import eventually
 
 pytestmark = pytest.mark.docker
 
@@ -18,6 +20,18 @@ async def _pid_of(sb: object, name: str) -> int:
     pids = result.stdout.split()
     assert pids, f"no {name} process in the sandbox"
     return int(pids[0])
+
+
+async def _failing(sb: Sandbox, check: str) -> Health:
+    """The health report once ``check`` fails (a process killed a moment ago may take a moment to be gone)."""
+    reports: list[Health] = []
+
+    async def failed() -> bool:
+        reports.append(await probe_health(sb.backend, sb.id))
+        return check in reports[-1].checks and not reports[-1].checks[check].ok
+
+    await eventually(failed, 10, f"the {check} check failing")
+    return reports[-1]
 
 
 async def test_healthy_desktop_reports_every_probe(make_sandbox: SandboxFactory) -> None:
@@ -31,8 +45,7 @@ async def test_killing_xvfb_shows_in_health(make_sandbox: SandboxFactory) -> Non
     sb = await make_sandbox("desktop")
     xvfb = await _pid_of(sb, "Xvfb")
     await sb.agent.exec(f"kill -9 {xvfb}")
-    await asyncio.sleep(0.5)
-    health = await probe_health(sb.backend, sb.id)
+    health = await _failing(sb, "x_server")
     assert not health.ok
     assert not health.checks["x_server"].ok, health.checks
     assert health.checks["agent"].ok and health.checks["shell"].ok
@@ -42,8 +55,7 @@ async def test_killing_the_agent_shows_in_health(make_sandbox: SandboxFactory) -
     sb = await make_sandbox("terminal")
     with pytest.raises(Unavailable):  # the agent dies while answering
         await sb.agent.exec("kill -9 $PPID", timeout=5)
-    await asyncio.sleep(0.3)
-    health = await probe_health(sb.backend, sb.id)
+    health = await _failing(sb, "agent")
     assert not health.ok
     assert health.checks["container"].ok, "the container outlives its agent, so the death is visible"
     assert not health.checks["agent"].ok and "does not answer" in health.checks["agent"].detail
@@ -54,8 +66,7 @@ async def test_killing_the_browser_shows_in_health(make_sandbox: SandboxFactory)
     chromium = await sb.agent.exec("ps -eo pid=,args= | awk '$2 ~ /chromium$/ && !/--type=/ {print $1}'")
     pid = chromium.stdout.split()[0]
     await sb.agent.exec(f"kill -9 {pid}")
-    await asyncio.sleep(0.5)
-    health = await probe_health(sb.backend, sb.id)
+    health = await _failing(sb, "browser")
     assert not health.ok and not health.checks["browser"].ok, health.checks
 
 

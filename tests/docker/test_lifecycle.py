@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import docker
@@ -16,8 +15,8 @@ import pytest
 import pytest_asyncio
 
 from sandbox.backends.base import LABEL_OWNER
-from sandbox.backends.config import DockerConfig
 from sandbox.backends.docker.backend import DockerBackend
+from sandbox.backends.docker.config import DockerConfig
 from sandbox.errors import FailedPrecondition
 from sandbox.models import Exec, SandboxSpec, SandboxState
 from sandbox.service import Principal, SandboxService
@@ -25,6 +24,7 @@ from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.service.records import CREATED_COUNTER
 from sandbox.store import EmbeddedStore
 from tests.conftest import OWNER, RUN_ID, TEST_LABEL, owned_by, require_image
+from tests.polling import eventually
 
 pytestmark = pytest.mark.docker
 
@@ -63,15 +63,6 @@ async def running(lifecycle: Lifecycle) -> AsyncIterator[Lifecycle]:
         await lifecycle.stop()
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < within:
-        if await check():
-            return time.monotonic() - started
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what} did not happen within {within:g} s")
-
-
 def _spec(kind: str = "terminal", **extra: Any) -> SandboxSpec:
     return SandboxSpec.model_validate({"kind": kind, "labels": TEST_LABEL, **extra})
 
@@ -89,12 +80,12 @@ async def test_warm_acquire_starts_no_container(service: SandboxService) -> None
         await eventually(lambda: _has(service, key, 2), 60, "the pool filling")
     warm = set(await service.store.items(key))
     created = await service.store.counter(CREATED_COUNTER)
-    containers = {s.id for s in await service.backend.list_sandboxes()}
+    containers = {s.id for s in await service.backend.list_instances()}
 
     info = await service.create(ALICE, spec)
 
     assert await service.store.counter(CREATED_COUNTER) == created, "a warm acquire must start no container"
-    assert {s.id for s in await service.backend.list_sandboxes()} == containers
+    assert {s.id for s in await service.backend.list_instances()} == containers
     record = await service.store.get("sandboxes", info.id)
     assert record is not None and record["instance"] in warm
     assert (await _sh(service, info.id, "echo warm")) == (0, "warm\n")

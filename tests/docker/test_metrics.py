@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -19,6 +18,7 @@ from sandbox.client import Client
 from sandbox.errors import NotFound
 from tests.conftest import OWNER, RUN_ID, TEST_LABEL, owned_by, require_image
 from tests.docker.servers import ServerProcess
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -42,15 +42,6 @@ def scrape(http: httpx.Client) -> Samples:
 
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def wait_for(check: Callable[[], bool], what: str, within: float = 60) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {within:g} s")
 
 
 @pytest.fixture
@@ -81,7 +72,7 @@ def test_metrics_and_logs_of_a_real_control_plane(server: ServerProcess) -> None
         def pool_ready() -> bool:
             return sum(v for (n, _), v in scrape(http).items() if n == "sandbox_pool_ready_instances") == 1
 
-        wait_for(pool_ready, "the warm pool filling")
+        wait_until(pool_ready, 60, "the warm pool filling")
         before = scrape(http)
 
         terminal = sdk.create(**TERMINAL)  # the warm instance
@@ -103,7 +94,7 @@ def test_metrics_and_logs_of_a_real_control_plane(server: ServerProcess) -> None
             sdk.get("term-000000000000")
         assert http.post("/v1/sandboxes/term-000000000000/exec", json={"cmd": "true"}).status_code == 404
 
-        wait_for(pool_ready, "the warm pool refilling")
+        wait_until(pool_ready, 60, "the warm pool refilling")
         terminal.reset()  # a warm replica swaps in
         terminal.close()
         desktop.close()

@@ -11,8 +11,8 @@ import docker
 import pytest
 
 from sandbox.backends.base import LABEL_OWNER
-from sandbox.backends.config import DockerConfig
 from sandbox.backends.docker.backend import DockerBackend
+from sandbox.backends.docker.config import DockerConfig
 from sandbox.client import AsyncClient, AsyncSandbox
 from sandbox.models import SandboxSpec
 from sandbox.service.records import CREATED_COUNTER, pool_key
@@ -20,6 +20,7 @@ from sandbox.store import RedisStore
 from tests import redis_server as redis_fixtures
 from tests.conftest import OWNER, RUN_ID, TEST_LABEL, owned_by, require_image
 from tests.docker.servers import ServerProcess
+from tests.polling import eventually
 
 pytestmark = pytest.mark.docker
 redis_server = redis_fixtures.redis_server
@@ -30,16 +31,7 @@ FAST_LIFECYCLE = {"tick_s": 0.2, "health_interval_s": 1.0, "reconcile_interval_s
 
 def _containers(docker_client: docker.DockerClient, owner: str) -> list[str]:
     filters = {"label": f"{LABEL_OWNER}={owner}"}
-    return [c["Labels"]["sandbox.id"] for c in docker_client.api.containers(all=True, filters=filters)]
-
-
-async def _wait(check: object, within: float, what: str) -> None:
-    started = time.monotonic()
-    while time.monotonic() - started < within:
-        if await asyncio.to_thread(check):  # type: ignore[arg-type]
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {within:g} s")
+    return [c["Labels"]["sandbox.instance"] for c in docker_client.api.containers(all=True, filters=filters)]
 
 
 async def test_kill_9_with_50_sandboxes_held(docker_client: docker.DockerClient, tmp_path: Path) -> None:
@@ -81,9 +73,15 @@ async def test_kill_9_with_50_sandboxes_held(docker_client: docker.DockerClient,
                 assert [c.decode().split(":")[0] for c in contents] == held
                 results = await asyncio.gather(*(sb.exec("echo ok") for sb in sandboxes))
                 assert all(r.stdout == "ok\n" for r in results)
-                await _wait(lambda: "orphan-1" not in _containers(docker_client, owner), 30, "the orphan's removal")
+                await eventually(
+                    lambda: "orphan-1" not in _containers(docker_client, owner), 30, "the orphan's removal"
+                )
                 await asyncio.gather(*(sb.close() for sb in sandboxes))
-            await _wait(lambda: not _containers(docker_client, owner), 60, "the removal of every container")
+            await eventually(
+                lambda: asyncio.to_thread(lambda: not _containers(docker_client, owner)),
+                60,
+                "the removal of every container",
+            )
         finally:
             second.stop()
 

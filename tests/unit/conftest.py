@@ -15,11 +15,10 @@ import pytest_asyncio
 
 from sandbox.api.grpc_server import bind_grpc_server
 from sandbox.api.rest import create_app
-from sandbox.backends.config import FakeConfig
-from sandbox.backends.fake import FakeBackend
 from sandbox.client import AsyncClient
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.store import EmbeddedStore
+from sandbox.testing.fake_backend import FakeBackend, FakeConfig
 
 ALPHA_TOKEN = "alpha-token-0123456789"
 BETA_TOKEN = "beta-token-0123456789ab"

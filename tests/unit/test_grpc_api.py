@@ -17,14 +17,14 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from sandbox.api.grpc_gen import sandbox_pb2 as pb
-from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from sandbox.api.grpc_server import bind_grpc_server, start_grpc_server
 from sandbox.client import AsyncClient, AsyncSandbox, Client, _ops
 from sandbox.client.gym import SandboxEnv
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
 from sandbox.models import Action, Exec, Observation, SandboxKind, SandboxState
 from sandbox.service import SandboxService, TokenRegistry
+from sandbox.wire.grpc_gen import sandbox_pb2 as pb
+from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER
 
 ALPHA, BETA, ADMIN = ALPHA_TOKEN, BETA_TOKEN, ADMIN_TOKEN

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.backends.base import BackendSandbox
+from sandbox.backends.base import BackendInstance
 from sandbox.models import Exec, SandboxSpec, SandboxState
 from sandbox.service import SandboxService
 from sandbox.service.auth import Principal
@@ -19,14 +19,14 @@ async def test_a_sandbox_created_during_a_round_is_not_taken_for_dead(
     service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     created: list[str] = []
-    listing = service.backend.list_sandboxes
+    listing = service.backend.list_instances
 
-    async def create_while_listing() -> list[BackendSandbox]:
+    async def create_while_listing() -> list[BackendInstance]:
         snapshot = await listing()  # the engine's view, taken before the create below finishes
         created.append((await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "race"}))).id)
         return snapshot
 
-    monkeypatch.setattr(service.backend, "list_sandboxes", create_while_listing)
+    monkeypatch.setattr(service.backend, "list_instances", create_while_listing)
     await Lifecycle(service, LifecycleSettings(), logger=LOGGER).check_health()
     monkeypatch.undo()
     try:

@@ -15,13 +15,13 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from sandbox.api.grpc_gen import sandbox_pb2 as pb
-from sandbox.api.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import AsyncClient, AsyncSandbox, Client
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
 from sandbox.models import SandboxSpec, SandboxState
 from sandbox.service import SandboxService
 from sandbox.service.records import SANDBOXES, LeaseEnd, SandboxRecord
+from sandbox.wire.grpc_gen import sandbox_pb2 as pb
+from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN
 
 DEFAULT_TTL_S = SandboxSpec.model_fields["ttl_s"].default

@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import httpx
@@ -23,6 +23,7 @@ from sandbox.models import SandboxKind, SandboxSpec, SandboxState
 from sandbox.observability.logs import JsonFormatter
 from sandbox.service import SandboxService
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
+from tests.polling import eventually
 from tests.unit.conftest import ALPHA_TOKEN, LOGGER
 
 AUTH = {"Authorization": f"Bearer {ALPHA_TOKEN}"}
@@ -141,7 +142,7 @@ async def test_pools_health_recovery_and_expiry_are_counted(
     spec = SandboxSpec(kind=SandboxKind.TERMINAL)
     key = service.pools.add(spec, service.backend.image_for(spec), min=1, max=1)
     await service.pools.refill()
-    await _eventually(lambda: _ready(service, key, 1), "the pool filling")
+    await eventually(lambda: _ready(service, key, 1), 30, "the pool filling")
     before = await scrape(api)
     assert before.value("sandbox_pool_ready_instances", pool=key, kind="terminal") == 1
     assert before.value("sandbox_pool_min_instances", pool=key, kind="terminal") == 1
@@ -227,12 +228,3 @@ def _epoch(ts: str) -> float:
 
 async def _ready(service: SandboxService, key: str, count: int) -> bool:
     return len(await service.store.items(key)) >= count
-
-
-async def _eventually(check: Callable[[], Awaitable[bool]], what: str, within: float = 30) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} did not happen within {within:g} s")

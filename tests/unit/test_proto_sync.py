@@ -17,12 +17,12 @@ from google.protobuf.descriptor import Descriptor
 from pydantic import BaseModel
 
 from sandbox import models
-from sandbox.api import convert
-from sandbox.api.grpc_gen import sandbox_pb2 as pb
 from sandbox.errors import InvalidArgument
+from sandbox.wire import convert
+from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ROOT / "sandbox" / "api" / "grpc_gen"
+GENERATED = ROOT / "sandbox" / "wire" / "grpc_gen"
 STUBS = ("sandbox_pb2.py", "sandbox_pb2.pyi", "sandbox_pb2_grpc.py")
 
 # proto message ↔ model, for every message that mirrors a model (actions are checked through the union).
@@ -211,9 +211,9 @@ def test_lease_fields_are_validated_by_the_model() -> None:
         pb.SandboxSpec(kind=pb.SANDBOX_KIND_BROWSER, snapshot="s", ttl_s=10, auto_recover=True)
     )
     assert (spec.snapshot, spec.ttl_s, spec.auto_recover) == ("s", 10, True)
-    assert convert.MAX_TTL_S == 7 * 24 * 3600
+    assert models.MAX_LEASE_S == 7 * 24 * 3600
     with pytest.raises(InvalidArgument, match="ttl_s"):
-        convert.validate(convert.Renewal, {"ttl_s": convert.MAX_TTL_S + 1}, what="renewal")
+        convert.validate(convert.Renewal, {"ttl_s": models.MAX_LEASE_S + 1}, what="renewal")
 
 
 def test_the_removed_state_is_reserved() -> None:

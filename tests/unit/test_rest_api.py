@@ -14,7 +14,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from sandbox.api.rest import MAX_JSON_BODY_BYTES
+from sandbox.api.rest.limits import MAX_JSON_BODY_BYTES
 from sandbox.models import Observation, Screenshot
 from sandbox.service import Principal, SandboxService
 from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER

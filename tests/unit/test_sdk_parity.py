@@ -1,10 +1,11 @@
 """The sync and async SDKs have the same public surface: the same methods, each with the same
-parameters (names, kinds, defaults, annotations); the async ones are coroutines (or async
-context managers), the sync ones are not."""
+parameters (names, kinds, defaults) and the same types (resolved, with each async class read as
+its sync twin); the async ones are coroutines (or async context managers), the sync ones are not."""
 
 from __future__ import annotations
 
 import inspect
+import typing
 from typing import Any
 
 import pytest
@@ -19,30 +20,29 @@ from sandbox.client import (
     Sandbox,
     StepStream,
 )
+from sandbox.models import SnapshotInfo
 
 PAIRS = [(Client, AsyncClient), (Sandbox, AsyncSandbox), (Files, AsyncFiles), (StepStream, AsyncStepStream)]
 # Methods that hand back an object rather than doing I/O: plain functions in both.
 NOT_COROUTINES = {"step_stream"}
-SYNC_NAMES = {
-    "Client": "AsyncClient",
-    "Sandbox": "AsyncSandbox",
-    "Files": "AsyncFiles",
-    "StepStream": "AsyncStepStream",
-}
+SYNC_TWIN: dict[type, type] = {asynchronous: sync for sync, asynchronous in PAIRS}
 
 
 def public(cls: type) -> dict[str, Any]:
     return {name: value for name, value in vars(cls).items() if not name.startswith("_")}
 
 
-def params(fn: Any) -> list[tuple[str, Any, Any, str]]:
-    return [(p.name, p.kind, p.default, str(p.annotation)) for p in inspect.signature(fn).parameters.values()]
+def params(fn: Any) -> list[tuple[str, Any, Any]]:
+    """Each parameter's name, kind and default, from the signature (not the annotations' text)."""
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
 
-def async_spelling(annotation: str) -> str:
-    for sync, asynchronous in SYNC_NAMES.items():
-        annotation = annotation.replace(asynchronous, sync)
-    return annotation
+def types(fn: Any) -> dict[str, Any]:
+    """The resolved parameter and return types, each async client class as its sync twin."""
+    return {
+        name: SYNC_TWIN.get(hint, hint) if isinstance(hint, type) else hint
+        for name, hint in typing.get_type_hints(fn).items()
+    }
 
 
 @pytest.mark.parametrize(("sync", "asynchronous"), PAIRS, ids=lambda c: c.__name__)
@@ -58,9 +58,7 @@ def test_same_signatures(sync: type, asynchronous: type) -> None:
             assert isinstance(other, property), name
             continue
         assert params(member) == params(other), f"{sync.__name__}.{name} and {asynchronous.__name__}.{name} differ"
-        sync_return = inspect.signature(member).return_annotation
-        async_return = async_spelling(str(inspect.signature(other).return_annotation))
-        assert str(sync_return) == async_return, f"{name} returns {sync_return} vs {async_return}"
+        assert types(member) == types(other), f"{sync.__name__}.{name} and {asynchronous.__name__}.{name} differ"
 
 
 @pytest.mark.parametrize(("sync", "asynchronous"), PAIRS, ids=lambda c: c.__name__)
@@ -80,6 +78,7 @@ def test_both_are_context_managers(sync: type, asynchronous: type) -> None:
 
 def test_constructors_match() -> None:
     assert params(Client.__init__) == params(AsyncClient.__init__)
+    assert types(Client.__init__) == types(AsyncClient.__init__)
     assert [p[0] for p in params(Client.__init__)] == ["self", "target", "token", "timeout"]
     assert inspect.signature(Client.__init__).parameters["target"].default == "127.0.0.1:50051"
     assert inspect.signature(Client.__init__).parameters["timeout"].default == 120
@@ -93,15 +92,12 @@ def test_the_surface_is_what_the_docs_promise() -> None:
 
 
 def test_lease_and_snapshot_signatures() -> None:
-    def shape(fn: Any) -> list[tuple[str, Any, Any]]:
-        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
-
     positional, keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
     empty = inspect.Parameter.empty
-    assert shape(Sandbox.renew) == [("self", positional, empty), ("ttl_s", positional, None)]
-    assert shape(Sandbox.reset) == [("self", positional, empty), ("snapshot", positional, None)]
-    assert shape(Sandbox.snapshot) == [("self", positional, empty), ("name", positional, empty), ("warm", keyword, 0)]
-    assert shape(Client.snapshots) == [("self", positional, empty)]
-    assert shape(Client.delete_snapshot) == [("self", positional, empty), ("name", positional, empty)]
-    assert str(inspect.signature(Sandbox.snapshot).return_annotation) == "SnapshotInfo"
-    assert str(inspect.signature(Client.snapshots).return_annotation) == "builtins.list[SnapshotInfo]"
+    assert params(Sandbox.renew) == [("self", positional, empty), ("ttl_s", positional, None)]
+    assert params(Sandbox.reset) == [("self", positional, empty), ("snapshot", positional, None)]
+    assert params(Sandbox.snapshot) == [("self", positional, empty), ("name", positional, empty), ("warm", keyword, 0)]
+    assert params(Client.snapshots) == [("self", positional, empty)]
+    assert params(Client.delete_snapshot) == [("self", positional, empty), ("name", positional, empty)]
+    assert types(Sandbox.snapshot)["return"] is SnapshotInfo
+    assert types(Client.snapshots)["return"] == list[SnapshotInfo]

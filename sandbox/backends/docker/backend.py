@@ -1,14 +1,20 @@
-"""Sandboxes as containers on a Docker engine.
+"""Instances as containers on a Docker engine.
 
-The agent is reached through a unix socket in a per-sandbox host directory that is
-bind-mounted at /run/sandbox in the container, so a sandbox needs no network at all.
-Every docker SDK call is blocking and runs in a worker thread.
+The agent is reached through a unix socket in a per-instance host directory that is
+bind-mounted at /run/sandbox in the container, so an instance needs no network at all.
+Every docker SDK call is blocking and runs in a worker thread; the calls that make something
+on the engine run to their end even when their caller is cancelled, so that what they made is
+always there to be removed (a cancelled start never leaves a container behind).
+
+Claims (which sandbox holds an instance) are JSON files in ``<socket_root>/.claims/``, outside the
+directory mounted into the container, so the sandbox cannot change them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -23,18 +29,25 @@ import requests.exceptions
 from docker.models.containers import Container
 
 from sandbox.agent_client import AgentClient
+from sandbox.aio import settled
 from sandbox.backends.base import (
-    LABEL_ID,
+    INSTANCE_ENV,
+    LABEL_INSTANCE,
     LABEL_KIND,
     LABEL_MANAGED_BY,
     LABEL_OWNER,
+    LABEL_POOL,
+    LABEL_SNAPSHOT,
+    LABEL_SNAPSHOT_RECORD,
     LABEL_USER_PREFIX,
     MANAGED_BY,
     Backend,
-    BackendSandbox,
+    BackendInstance,
+    BackendSnapshot,
     RuntimeState,
 )
-from sandbox.backends.config import DockerConfig
+from sandbox.backends.docker import claims as claim_files
+from sandbox.backends.docker.config import DockerConfig
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec
 from sandbox.protocol import AGENT_SOCKET_NAME, SOCKET_DIR_IN_SANDBOX
@@ -43,7 +56,6 @@ T = TypeVar("T")
 
 CONTAINER_PREFIX = "sbx-"
 SNAPSHOT_REPO = "sandbox-snap"
-LABEL_SNAPSHOT = "sandbox.snapshot"
 VOLUME_PREFIX = "sbxvol-"
 INTERNAL_NETWORK = "sbx-internal"
 SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER)
@@ -84,13 +96,13 @@ def _created_at(container: Container) -> float:
     return 0.0
 
 
-def _from_summary(summary: dict[str, Any]) -> BackendSandbox:
+def _from_summary(summary: dict[str, Any]) -> BackendInstance:
     labels = dict(summary.get("Labels") or {})
     status = str(summary.get("State", ""))
     state = {"running": RuntimeState.RUNNING, "created": RuntimeState.STARTING, "restarting": RuntimeState.STARTING}
     exit_code = re.search(r"Exited \((-?\d+)\)", str(summary.get("Status", "")))
-    return BackendSandbox(
-        id=labels.get(LABEL_ID, ""),
+    return BackendInstance(
+        id=labels.get(LABEL_INSTANCE, ""),
         kind=SandboxKind(labels.get(LABEL_KIND, "terminal")),
         ref=str(summary.get("Id", "")),
         state=state.get(status, RuntimeState.EXITED),
@@ -104,9 +116,9 @@ class DockerBackend(Backend):
     name = "docker"
 
     def __init__(self, config: DockerConfig) -> None:
+        super().__init__()
         self.config = config
         self._client: docker.DockerClient | None = None
-        self._agents: dict[str, AgentClient] = {}
 
     @property
     def client(self) -> docker.DockerClient:
@@ -127,46 +139,61 @@ class DockerBackend(Backend):
     def image_for(self, spec: SandboxSpec) -> str:
         return spec.image or f"{self.config.image_prefix}/{spec.kind.value}:latest"
 
-    def socket_dir(self, sandbox_id: str) -> str:
-        return os.path.join(self.config.socket_root, sandbox_id)
+    def socket_dir(self, instance_id: str) -> str:
+        return os.path.join(self.config.socket_root, instance_id)
 
-    def container_name(self, sandbox_id: str) -> str:
-        return f"{CONTAINER_PREFIX}{self.config.owner}-{sandbox_id}"
+    def container_name(self, instance_id: str) -> str:
+        return f"{CONTAINER_PREFIX}{self.config.owner}-{instance_id}"
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def create(self, sandbox_id: str, spec: SandboxSpec, *, ready_timeout: float | None = None) -> BackendSandbox:
+    async def create(
+        self, instance_id: str, spec: SandboxSpec, *, pool: str | None = None, ready_timeout: float | None = None
+    ) -> BackendInstance:
         if spec.kind not in SUPPORTED_KINDS:
             raise FailedPrecondition(
                 f"the docker backend cannot run {spec.kind.value} sandboxes: an Android emulator needs KVM and "
                 "an emulator image; use a backend that provides them"
             )
-        socket_dir = await asyncio.to_thread(self._make_socket_dir, sandbox_id)
         try:
-            params = await self._run_params(sandbox_id, spec, socket_dir)
+            socket_dir = await asyncio.to_thread(self._make_socket_dir, instance_id)
+            params = await self._run_params(instance_id, spec, socket_dir, pool)
             # create + start, never containers.run: run pulls a missing image, and no registry is reachable.
-            container = await _call(f"create sandbox {sandbox_id}", self.client.containers.create, **params)
-            await _call(f"start sandbox {sandbox_id}", container.start)
-            agent = self.agent(sandbox_id)
-            try:
-                await agent.wait_ready(ready_timeout or self.config.ready_timeout_s)
-            except SandboxError as e:
-                logs = await self.logs(sandbox_id, tail=30)
-                raise Unavailable(
-                    f"sandbox {sandbox_id} did not become ready: {e.message}\n--- its logs ---\n{logs}"
-                ) from e
-            await _call(f"inspect sandbox {sandbox_id}", container.reload)
+            container = await settled(_call(f"create instance {instance_id}", self.client.containers.create, **params))
+            await settled(_call(f"start instance {instance_id}", container.start))
+            await self._wait_ready(instance_id, ready_timeout)
+            await _call(f"inspect instance {instance_id}", container.reload)
         except BaseException:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.destroy(sandbox_id))
+                await asyncio.shield(self.destroy(instance_id))
             raise
         return self._describe(container)
 
-    async def _run_params(self, sandbox_id: str, spec: SandboxSpec, socket_dir: str) -> dict[str, Any]:
+    async def _wait_ready(self, instance_id: str, ready_timeout: float | None) -> None:
+        try:
+            await self.agent(instance_id).wait_ready(ready_timeout or self.config.ready_timeout_s)
+        except SandboxError as e:
+            logs = await self.logs(instance_id, tail=30)
+            raise Unavailable(
+                f"instance {instance_id} did not become ready: {e.message}\n--- its logs ---\n{logs}"
+            ) from e
+
+    async def restart(self, instance_id: str, *, ready_timeout: float | None = None) -> BackendInstance:
+        container = await self._get(instance_id)
+        await self._forget_agent(instance_id)  # its connections went with the old agent process
+        await settled(_call(f"restart instance {instance_id}", container.start))
+        await self._wait_ready(instance_id, ready_timeout)
+        await _call(f"inspect instance {instance_id}", container.reload)
+        return self._describe(container)
+
+    async def _run_params(
+        self, instance_id: str, spec: SandboxSpec, socket_dir: str, pool: str | None
+    ) -> dict[str, Any]:
         labels = {
             **self.owner_labels(),
-            LABEL_ID: sandbox_id,
+            LABEL_INSTANCE: instance_id,
             LABEL_KIND: spec.kind.value,
+            **({LABEL_POOL: pool} if pool else {}),
             **{LABEL_USER_PREFIX + k: v for k, v in spec.labels.items()},
         }
         screen = spec.screen
@@ -174,7 +201,7 @@ class DockerBackend(Backend):
             **spec.env,
             "SANDBOX_KIND": spec.kind.value,
             "SANDBOX_SCREEN": f"{screen.width}x{screen.height}x{screen.depth}",
-            "SANDBOX_ID": sandbox_id,
+            INSTANCE_ENV: instance_id,
         }
         volumes: dict[str, dict[str, str]] = {socket_dir: {"bind": SOCKET_DIR_IN_SANDBOX, "mode": "rw"}}
         for mount in spec.volumes:
@@ -183,7 +210,7 @@ class DockerBackend(Backend):
         r = spec.resources
         params: dict[str, Any] = {
             "image": self.image_for(spec),
-            "name": self.container_name(sandbox_id),
+            "name": self.container_name(instance_id),
             "hostname": "sandbox",
             "init": True,
             "labels": labels,
@@ -207,8 +234,8 @@ class DockerBackend(Backend):
             params["network_mode"] = "bridge"
         return params
 
-    def _make_socket_dir(self, sandbox_id: str) -> str:
-        path = self.socket_dir(sandbox_id)
+    def _make_socket_dir(self, instance_id: str) -> str:
+        path = self.socket_dir(instance_id)
         if len(os.path.join(path, AGENT_SOCKET_NAME)) > 107:
             raise InvalidArgument(f"socket path under {self.config.socket_root!r} is too long for a unix socket")
         os.makedirs(path, mode=0o755, exist_ok=True)
@@ -228,16 +255,18 @@ class DockerBackend(Backend):
         await _call(f"create volume {name}", self.client.volumes.create, name=full, labels=self.owner_labels())
         # A new volume is owned by root; hand it to the sandbox user once, with a throwaway container.
         uid = self.config.sandbox_uid
-        chown = await _call(
-            f"prepare volume {name}",
-            self.client.containers.create,
-            image=image,
-            command=["chown", f"{uid}:{uid}", "/volume"],
-            entrypoint=[],
-            user="0:0",
-            network_mode="none",
-            volumes={full: {"bind": "/volume", "mode": "rw"}},
-            labels={**self.owner_labels(), "sandbox.role": "volume-init"},
+        chown = await settled(
+            _call(
+                f"prepare volume {name}",
+                self.client.containers.create,
+                image=image,
+                command=["chown", f"{uid}:{uid}", "/volume"],
+                entrypoint=[],
+                user="0:0",
+                network_mode="none",
+                volumes={full: {"bind": "/volume", "mode": "rw"}},
+                labels={**self.owner_labels(), "sandbox.role": "volume-init"},
+            )
         )
         try:
             await _call(f"prepare volume {name}", chown.start)
@@ -245,7 +274,7 @@ class DockerBackend(Backend):
             if result.get("StatusCode") != 0:
                 raise BackendError(f"could not hand volume {name} to uid {uid}: exit {result.get('StatusCode')}")
         finally:
-            await _call(f"prepare volume {name}", chown.remove, force=True)
+            await asyncio.shield(_call(f"prepare volume {name}", chown.remove, force=True))
         return full
 
     async def _ensure_internal_network(self) -> str:
@@ -262,46 +291,57 @@ class DockerBackend(Backend):
             )
         return name
 
-    async def destroy(self, sandbox_id: str) -> None:
-        agent = self._agents.pop(sandbox_id, None)
-        if agent is not None:
-            await agent.close()
+    async def destroy(self, instance_id: str) -> None:
+        await self._forget_agent(instance_id)
         try:
-            container = await self._get(sandbox_id)
-            await _call(f"remove sandbox {sandbox_id}", container.remove, force=True, v=True)
+            container = await self._get(instance_id)
+            await _call(f"remove instance {instance_id}", container.remove, force=True, v=True)
         except NotFound:
             pass
-        await asyncio.to_thread(shutil.rmtree, self.socket_dir(sandbox_id), True)
+        await asyncio.to_thread(shutil.rmtree, self.socket_dir(instance_id), True)
+        await asyncio.to_thread(claim_files.remove_claim, self.config.socket_root, instance_id)
 
-    async def inspect(self, sandbox_id: str) -> BackendSandbox:
+    async def inspect(self, instance_id: str) -> BackendInstance:
         try:
-            container = await self._get(sandbox_id)
+            container = await self._get(instance_id)
         except NotFound:
-            return BackendSandbox(id=sandbox_id, kind=SandboxKind.TERMINAL, ref="", state=RuntimeState.MISSING)
+            return BackendInstance(id=instance_id, kind=SandboxKind.TERMINAL, ref="", state=RuntimeState.MISSING)
         return self._describe(container)
 
-    async def list_sandboxes(self) -> list[BackendSandbox]:
+    async def list_instances(self) -> list[BackendInstance]:
         filters = {"label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"]}
         # The low-level listing: containers.list() inspects each one and fails when one goes meanwhile.
-        summaries = await _call("list sandboxes", self.client.api.containers, all=True, filters=filters)
-        return [_from_summary(s) for s in summaries if LABEL_ID in (s.get("Labels") or {})]
+        summaries = await _call("list instances", self.client.api.containers, all=True, filters=filters)
+        return [_from_summary(s) for s in summaries if LABEL_INSTANCE in (s.get("Labels") or {})]
 
-    async def logs(self, sandbox_id: str, *, tail: int = 200) -> str:
+    async def logs(self, instance_id: str, *, tail: int = 200) -> str:
         try:
-            container = await self._get(sandbox_id)
+            container = await self._get(instance_id)
         except NotFound:
             return ""
-        raw = await _call(f"logs of {sandbox_id}", container.logs, tail=tail, stdout=True, stderr=True)
+        raw = await _call(f"logs of {instance_id}", container.logs, tail=tail, stdout=True, stderr=True)
         return raw.decode("utf-8", errors="replace")
 
-    async def snapshot(self, sandbox_id: str, name: str) -> str:
-        container = await self._get(sandbox_id)
+    # ------------------------------------------------------------------ claims
+
+    async def set_claim(self, instance_id: str, claim: dict[str, Any]) -> None:
+        await asyncio.to_thread(claim_files.write_claim, self.config.socket_root, instance_id, claim)
+
+    async def claims(self) -> dict[str, dict[str, Any]]:
+        return await asyncio.to_thread(claim_files.read_claims, self.config.socket_root)
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def snapshot(self, instance_id: str, name: str, *, record: dict[str, Any] | None = None) -> str:
+        container = await self._get(instance_id)
         repository = f"{SNAPSHOT_REPO}/{self.config.owner.lower()}"
         tag = re.sub(r"[^a-z0-9_.-]", "-", name.lower())[:120]
         labels = {**self.owner_labels(), LABEL_SNAPSHOT: name}
+        if record is not None:
+            labels[LABEL_SNAPSHOT_RECORD] = json.dumps(record, separators=(",", ":"))
         # pause=True: the file system does not change under the commit.
         image = await _call(
-            f"snapshot sandbox {sandbox_id}",
+            f"snapshot instance {instance_id}",
             container.commit,
             repository=repository,
             tag=tag,
@@ -310,11 +350,24 @@ class DockerBackend(Backend):
         )
         return f"{repository}:{tag}" if image.id else ""
 
+    async def list_snapshots(self) -> list[BackendSnapshot]:
+        filters = {"label": [f"{LABEL_OWNER}={self.config.owner}", LABEL_SNAPSHOT]}
+        images = await _call("list snapshots", self.client.images.list, filters=filters)
+        found = []
+        for image in images:
+            raw = (image.labels or {}).get(LABEL_SNAPSHOT_RECORD)
+            record = None
+            with contextlib.suppress(ValueError, TypeError):
+                record = json.loads(raw) if raw else None
+            for tag in image.tags:
+                found.append(BackendSnapshot(ref=tag, record=record if isinstance(record, dict) else None))
+        return found
+
     async def collect_snapshots(self, *, keep: set[str]) -> list[str]:
         filters = {"label": [f"{LABEL_OWNER}={self.config.owner}", LABEL_SNAPSHOT]}
         images = await _call("list snapshots", self.client.images.list, filters=filters)
         containers = await _call(
-            "list sandboxes",
+            "list instances",
             self.client.api.containers,
             all=True,
             filters={"label": f"{LABEL_OWNER}={self.config.owner}"},
@@ -333,30 +386,27 @@ class DockerBackend(Backend):
                     logging.getLogger(__name__).info("snapshot %s kept: %s", tag, e.message)
         return removed
 
-    def agent(self, sandbox_id: str) -> AgentClient:
-        client = self._agents.get(sandbox_id)
-        if client is None:
-            path = os.path.join(self.socket_dir(sandbox_id), AGENT_SOCKET_NAME)
-            client = self._agents[sandbox_id] = AgentClient(path, label=f"sandbox {sandbox_id}")
-        return client
+    # ------------------------------------------------------------------ agent, engine
+
+    def _connect_agent(self, instance_id: str) -> AgentClient:
+        path = os.path.join(self.socket_dir(instance_id), AGENT_SOCKET_NAME)
+        return AgentClient(path, label=f"instance {instance_id}")
 
     async def close(self) -> None:
-        for agent in self._agents.values():
-            await agent.close()
-        self._agents.clear()
+        await super().close()
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
             self._client = None
 
-    async def _get(self, sandbox_id: str) -> Container:
-        return await _call(f"find sandbox {sandbox_id}", self.client.containers.get, self.container_name(sandbox_id))
+    async def _get(self, instance_id: str) -> Container:
+        return await _call(f"find instance {instance_id}", self.client.containers.get, self.container_name(instance_id))
 
-    def _describe(self, container: Container) -> BackendSandbox:
+    def _describe(self, container: Container) -> BackendInstance:
         labels = dict(container.labels)
         exit_code = container.attrs.get("State", {}).get("ExitCode")
         state = _state_of(container)
-        return BackendSandbox(
-            id=labels.get(LABEL_ID, ""),
+        return BackendInstance(
+            id=labels.get(LABEL_INSTANCE, ""),
             kind=SandboxKind(labels.get(LABEL_KIND, "terminal")),
             ref=container.id or "",
             state=state,

@@ -1,4 +1,4 @@
-"""Proto messages ↔ models, shared by the gRPC server and the SDK.
+"""Proto messages ↔ models, shared by the gRPC server (``sandbox.api``) and the SDK (``sandbox.client``).
 
 The proto mirrors the models field for field (``tests/unit/test_proto_sync.py`` keeps them
 so), which lets one generic walk over the message descriptors do nearly all the work:
@@ -31,17 +31,10 @@ from google.protobuf.message import Message
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from sandbox import models
-from sandbox.api.grpc_gen import sandbox_pb2 as pb
 from sandbox.errors import InvalidArgument
+from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 
 M = TypeVar("M", bound=BaseModel)
-
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-"""The largest gRPC message either side sends or accepts."""
-MESSAGE_SIZE_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-]
 
 ACTION_ADAPTER: TypeAdapter[models.Action] = TypeAdapter(models.Action)
 ACTION_TYPES: tuple[type[BaseModel], ...] = typing.get_args(typing.get_args(models.Action)[0])
@@ -236,15 +229,11 @@ def snapshot_from_proto(message: pb.SnapshotInfo) -> models.SnapshotInfo:
     return models.SnapshotInfo.model_validate(to_dict(message))
 
 
-MAX_TTL_S: float = next(float(m.le) for m in models.SandboxSpec.model_fields["ttl_s"].metadata if hasattr(m, "le"))
-"""The longest lease, the model's own limit on ``SandboxSpec.ttl_s`` (a renewal's limit too)."""
-
-
 class Renewal(models.Model):
     """A lease renewal's arguments (the REST body of ``/renew``): ``ttl_s`` from now, or the spec's ttl."""
 
     ttl_s: float | None = Field(
-        None, gt=0, le=MAX_TTL_S, description="Seconds from now; the sandbox's spec.ttl_s when null."
+        None, gt=0, le=models.MAX_LEASE_S, description="Seconds from now; the sandbox's spec.ttl_s when null."
     )
 
 

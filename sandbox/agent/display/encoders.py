@@ -1,0 +1,87 @@
+"""Screenshot encoding: PNG written by hand from deflate bands compressed in parallel, JPEG through Pillow.
+
+PNG rows are stored unfiltered and deflated at zlib level 1, the image split into horizontal bands compressed in
+parallel and concatenated into one deflate stream (as pigz does). On screen content this is about 4x faster than
+Pillow's PNG writer, whose adaptive row filters cost more than the compression itself, for a similar size. JPEG goes
+through Pillow (libjpeg) at the requested quality.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from concurrent.futures import Executor
+
+from PIL import Image
+
+PNG_ZLIB_LEVEL = 1
+PNG_BANDS = max(1, min(4, len(os.sched_getaffinity(0))))
+JPEG_DEFAULT_QUALITY = 80
+
+Band = tuple[bytes, int, int]
+"""One deflated band: (raw deflate data, adler32 of its uncompressed bytes, their length)."""
+
+
+async def encode_png(image: Image.Image, pool: Executor, bands: int = PNG_BANDS) -> bytes:
+    """``image`` (RGB) as a PNG, its bands deflated on ``pool``."""
+    loop = asyncio.get_running_loop()
+    h = image.height
+    bounds = [(h * i // bands, h * (i + 1) // bands) for i in range(bands)]
+    bounds = [(top, bottom) for top, bottom in bounds if bottom > top]
+    deflated = await asyncio.gather(
+        *(
+            loop.run_in_executor(pool, deflate_band, image, top, bottom, i == len(bounds) - 1)
+            for i, (top, bottom) in enumerate(bounds)
+        )
+    )
+    return png(image.width, image.height, deflated)
+
+
+async def encode_jpeg(image: Image.Image, quality: int, pool: Executor) -> bytes:
+    return await asyncio.get_running_loop().run_in_executor(pool, jpeg, image, quality)
+
+
+def jpeg(image: Image.Image, quality: int) -> bytes:
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=quality)
+    return out.getvalue()
+
+
+def deflate_band(image: Image.Image, top: int, bottom: int, last: bool) -> Band:
+    """Deflate rows [top, bottom) with PNG filter type 0."""
+    stride = image.width * 3
+    pixels = image.crop((0, top, image.width, bottom)).tobytes()
+    rows = b"".join([b"\0" + pixels[i : i + stride] for i in range(0, len(pixels), stride)])
+    deflater = zlib.compressobj(PNG_ZLIB_LEVEL, zlib.DEFLATED, -15)
+    # A sync flush ends a band on a byte boundary without closing the stream, so bands concatenate.
+    data = deflater.compress(rows) + deflater.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+    return data, zlib.adler32(rows), len(rows)
+
+
+def png(width: int, height: int, bands: Sequence[Band]) -> bytes:
+    """An 8-bit RGB PNG whose one IDAT holds ``bands`` (in order, the last one finished) as one zlib stream."""
+    checksum = bands[0][1]
+    for _, adler, length in bands[1:]:
+        checksum = adler32_combine(checksum, adler, length)
+    idat = b"\x78\x01" + b"".join(band[0] for band in bands) + struct.pack(">I", checksum)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(data, zlib.crc32(kind)))
+
+
+def adler32_combine(adler1: int, adler2: int, length2: int) -> int:
+    """Adler-32 of A+B from those of A and B (zlib's adler32_combine, which Python does not expose)."""
+    base = 65521
+    rem = length2 % base
+    sum1 = adler1 & 0xFFFF
+    sum2 = rem * sum1 % base
+    sum1 += (adler2 & 0xFFFF) + base - 1
+    sum2 += (adler1 >> 16) + (adler2 >> 16) + base - rem
+    return (sum1 % base) | ((sum2 % base) << 16)

@@ -1,0 +1,46 @@
+"""The REST app: the routes, the error handlers, the body limits and the web view, over one service."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request, Response
+
+from sandbox import __version__
+from sandbox.api.rest import context, routes
+from sandbox.api.rest.bodies import Ok
+from sandbox.api.rest.errors import add_error_handlers
+from sandbox.api.rest.limits import BodyLimit
+from sandbox.api.webview import mount_webview
+from sandbox.service import SandboxService, TokenRegistry
+from sandbox.service.tickets import TicketIssuer
+
+
+def create_app(
+    service: SandboxService, tokens: TokenRegistry, *, logger: logging.Logger, tickets: TicketIssuer | None = None
+) -> FastAPI:
+    """The REST API over ``service``. OpenAPI at ``/openapi.json``, docs at ``/docs``."""
+    app = FastAPI(
+        title="Sandbox platform",
+        version=__version__,
+        description="Desktop, browser, android and terminal sandboxes behind one step/observe/reset API.",
+    )
+    context.install(app, context.Context(service, tokens, logger))
+    add_error_handlers(app)
+    app.add_middleware(BodyLimit, metrics=service.metrics)
+
+    @app.get("/healthz", tags=["inspection"])
+    async def healthz() -> Ok:
+        """Liveness of the control plane itself; needs no token."""
+        return Ok()
+
+    @app.get("/metrics", tags=["inspection"], response_class=Response)
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics of this replica; needs no token (counts only: no sandbox ids, no tenants)."""
+        await service.refresh_metrics()
+        body, content_type = service.metrics.render(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
+
+    app.include_router(routes.router())
+    mount_webview(app, service=service, tokens=tokens, tickets=tickets or TicketIssuer(), logger=logger)
+    return app

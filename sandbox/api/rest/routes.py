@@ -1,0 +1,222 @@
+"""The ``/v1`` routes of the REST skin: each translates its request, calls the service, and returns a body."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi.responses import PlainTextResponse
+
+from sandbox.api.rest.bodies import (
+    ActionList,
+    ErrorBody,
+    FileList,
+    FileWritten,
+    ResetRequest,
+    SandboxList,
+    SnapshotList,
+    SnapshotRequest,
+    StepRequest,
+)
+from sandbox.api.rest.context import Caller, Service
+from sandbox.api.rest.errors import GuardedRoute
+from sandbox.models import Exec, ExecResult, Health, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
+from sandbox.wire.convert import Renewal
+
+API_PREFIX = "/v1"
+MAX_OFFSET = 1 << 62
+MAX_LOG_TAIL = 100_000
+MAX_PATH_CHARS = 4096
+_OCTAL_MODE = r"^(0o|0)?[0-7]{1,4}$"
+
+FilePath = Annotated[
+    str,
+    Query(
+        min_length=1,
+        max_length=MAX_PATH_CHARS,
+        description="Path inside the sandbox; a relative path is taken from the sandbox's workspace.",
+    ),
+]
+ImageFormat = Annotated[Literal["png", "jpeg"], Query(description="Image encoding.")]
+Quality = Annotated[int, Query(ge=1, le=100, description="JPEG quality (ignored for png).")]
+
+
+def router() -> APIRouter:
+    """The ``/v1`` routes."""
+    router = APIRouter(
+        prefix=API_PREFIX,
+        route_class=GuardedRoute,
+        responses={
+            401: {"model": ErrorBody, "description": "No or bad bearer token."},
+            404: {"model": ErrorBody, "description": "No such sandbox (or not yours), or no such file."},
+            422: {"model": ErrorBody, "description": "Invalid input; the message names the field."},
+        },
+    )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @router.post("/sandboxes", status_code=201, tags=["sandboxes"])
+    async def create_sandbox(spec: SandboxSpec, caller: Caller, service: Service) -> SandboxInfo:
+        return await service.create(caller, spec)
+
+    @router.get("/sandboxes", tags=["sandboxes"])
+    async def list_sandboxes(caller: Caller, service: Service) -> SandboxList:
+        return SandboxList(sandboxes=await service.list_sandboxes(caller))
+
+    @router.get("/sandboxes/{sandbox_id}", tags=["sandboxes"])
+    async def get_sandbox(sandbox_id: str, caller: Caller, service: Service) -> SandboxInfo:
+        return await service.get(caller, sandbox_id)
+
+    @router.delete("/sandboxes/{sandbox_id}", status_code=204, response_class=Response, tags=["sandboxes"])
+    async def delete_sandbox(sandbox_id: str, caller: Caller, service: Service) -> Response:
+        await service.delete(caller, sandbox_id)
+        return Response(status_code=204)
+
+    @router.post("/sandboxes/{sandbox_id}/reset", tags=["sandboxes"])
+    async def reset_sandbox(
+        sandbox_id: str, caller: Caller, service: Service, body: Annotated[ResetRequest | None, Body()] = None
+    ) -> SandboxInfo:
+        """Back to the initial state; the body (optional) names a snapshot to reset to instead."""
+        snapshot = body.snapshot if body is not None else None
+        return await service.reset(caller, sandbox_id, snapshot=snapshot)
+
+    @router.post(
+        "/sandboxes/{sandbox_id}/renew",
+        responses={409: {"model": ErrorBody, "description": "The sandbox's lease has already ended."}},
+        tags=["sandboxes"],
+    )
+    async def renew_sandbox(
+        sandbox_id: str, caller: Caller, service: Service, body: Annotated[Renewal | None, Body()] = None
+    ) -> SandboxInfo:
+        """Extend the lease: the sandbox now expires ``ttl_s`` (default: its spec's) from now."""
+        ttl_s = body.ttl_s if body is not None else None
+        return await service.renew(caller, sandbox_id, ttl_s=ttl_s)
+
+    # ------------------------------------------------------------------ snapshots
+
+    @router.post(
+        "/sandboxes/{sandbox_id}/snapshots",
+        status_code=201,
+        responses={409: {"model": ErrorBody, "description": "The sandbox or its backend cannot be snapshotted."}},
+        tags=["snapshots"],
+    )
+    async def create_snapshot(sandbox_id: str, body: SnapshotRequest, caller: Caller, service: Service) -> SnapshotInfo:
+        """Keep the sandbox's file system (and a desktop's GUI apps) as a snapshot of yours."""
+        return await service.snapshot(caller, sandbox_id, body.name, warm=body.warm)
+
+    @router.get("/snapshots", tags=["snapshots"])
+    async def list_snapshots(caller: Caller, service: Service) -> SnapshotList:
+        return SnapshotList(snapshots=await service.list_snapshots(caller))
+
+    @router.delete("/snapshots/{name}", status_code=204, response_class=Response, tags=["snapshots"])
+    async def delete_snapshot(name: str, caller: Caller, service: Service) -> Response:
+        await service.delete_snapshot(caller, name)
+        return Response(status_code=204)
+
+    # ------------------------------------------------------------------ acting
+
+    @router.post("/sandboxes/{sandbox_id}/step", tags=["acting"])
+    async def step(sandbox_id: str, body: StepRequest, caller: Caller, service: Service) -> Observation:
+        return await service.step(caller, sandbox_id, body.action, screenshot=body.screenshot)
+
+    @router.get("/sandboxes/{sandbox_id}/observe", tags=["acting"])
+    async def observe(
+        sandbox_id: str, caller: Caller, service: Service, format: ImageFormat = "png", quality: Quality = 80
+    ) -> Observation:
+        return await service.observe(caller, sandbox_id, format=format, quality=quality)
+
+    @router.get(
+        "/sandboxes/{sandbox_id}/screenshot",
+        response_class=Response,
+        responses={200: {"content": {"image/png": {}, "image/jpeg": {}}, "description": "The raw image."}},
+        tags=["acting"],
+    )
+    async def screenshot(
+        sandbox_id: str, caller: Caller, service: Service, format: ImageFormat = "png", quality: Quality = 80
+    ) -> Response:
+        shot = await service.screenshot(caller, sandbox_id, format=format, quality=quality)
+        return Response(
+            shot.data,
+            media_type=f"image/{shot.format}",
+            headers={"X-Screen-Width": str(shot.width), "X-Screen-Height": str(shot.height)},
+        )
+
+    @router.post("/sandboxes/{sandbox_id}/exec", tags=["acting"])
+    async def exec_command(sandbox_id: str, request: Exec, caller: Caller, service: Service) -> ExecResult:
+        return await service.exec(caller, sandbox_id, request)
+
+    # ------------------------------------------------------------------ files
+
+    @router.get("/sandboxes/{sandbox_id}/files", tags=["files"])
+    async def list_files(sandbox_id: str, path: FilePath, caller: Caller, service: Service) -> FileList:
+        return FileList(entries=await service.list_files(caller, sandbox_id, path))
+
+    @router.get(
+        "/sandboxes/{sandbox_id}/files/content",
+        response_class=Response,
+        responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes."}},
+        tags=["files"],
+    )
+    async def read_file(
+        sandbox_id: str,
+        path: FilePath,
+        caller: Caller,
+        service: Service,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+        length: Annotated[
+            int | None, Query(ge=0, le=MAX_OFFSET, description="Bytes to read; to the end if unset.")
+        ] = None,
+    ) -> Response:
+        data = await service.read_file(caller, sandbox_id, path, offset=offset, length=length)
+        return Response(data, media_type="application/octet-stream")
+
+    @router.put(
+        "/sandboxes/{sandbox_id}/files/content",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        },
+        tags=["files"],
+    )
+    async def write_file(
+        sandbox_id: str,
+        path: FilePath,
+        request: Request,
+        caller: Caller,
+        service: Service,
+        mode: Annotated[
+            str, Query(pattern=_OCTAL_MODE, description="Permissions in octal, e.g. 644 or 0o755.")
+        ] = "644",
+        append: bool = False,
+    ) -> FileWritten:
+        data = await request.body()
+        permissions = int(mode.removeprefix("0o"), 8)
+        size = await service.write_file(caller, sandbox_id, path, data, mode=permissions, append=append)
+        return FileWritten(path=path, size=size)
+
+    @router.delete("/sandboxes/{sandbox_id}/files", status_code=204, response_class=Response, tags=["files"])
+    async def delete_file(
+        sandbox_id: str, path: FilePath, caller: Caller, service: Service, recursive: bool = False
+    ) -> Response:
+        await service.delete_file(caller, sandbox_id, path, recursive=recursive)
+        return Response(status_code=204)
+
+    # ------------------------------------------------------------------ inspection
+
+    @router.get("/sandboxes/{sandbox_id}/health", tags=["inspection"])
+    async def health(sandbox_id: str, caller: Caller, service: Service) -> Health:
+        return await service.health(caller, sandbox_id)
+
+    @router.get("/sandboxes/{sandbox_id}/logs", response_class=PlainTextResponse, tags=["inspection"])
+    async def logs(
+        sandbox_id: str, caller: Caller, service: Service, tail: Annotated[int, Query(ge=0, le=MAX_LOG_TAIL)] = 200
+    ) -> PlainTextResponse:
+        return PlainTextResponse(await service.logs(caller, sandbox_id, tail=tail))
+
+    @router.get("/sandboxes/{sandbox_id}/actions", tags=["inspection"])
+    async def recent_actions(sandbox_id: str, caller: Caller, service: Service) -> ActionList:
+        return ActionList(actions=await service.recent_actions(caller, sandbox_id))
+
+    return router

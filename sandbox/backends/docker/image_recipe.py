@@ -1,0 +1,209 @@
+"""What goes into one kind's images, and the hashes that name them (no Docker engine needed).
+
+The base stage hashes the package list of ``images/<kind>/packages.txt``, the Debian suite and the mmdebstrap and
+import options; the top layer hashes the base hash, the generated Dockerfile and every file copied in: the
+``images/<kind>/rootfs/`` overlay, ``images/common/lib.sh``, ``images/<kind>/entrypoint.sh`` and the in-sandbox agent
+(``sandbox/__init__.py``, ``sandbox/protocol.py`` and every source file under ``sandbox/agent/``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import sandbox
+from sandbox.errors import ImageBuildError, InvalidArgument
+
+KINDS = ("terminal", "desktop", "browser")
+SUITE = "bookworm"
+BASE_REPO = "sandbox-base"
+IMAGE_REPO = "sandbox"
+HASH_LEN = 12
+SANDBOX_UID = 1000
+
+LABEL_MANAGED_BY = "sandbox.managed-by"
+LABEL_KIND = "sandbox.image.kind"
+LABEL_HASH = "sandbox.image.recipe-hash"
+LABEL_BASE_HASH = "sandbox.image.base-hash"
+LABEL_STAGE = "sandbox.image.stage"
+MANAGED_BY = "sandbox"
+
+DEFAULT_RECIPES_DIR = Path(__file__).resolve().parents[3] / "images"
+PACKAGE_DIR = Path(sandbox.__file__).resolve().parent
+
+MMDEBSTRAP_OPTIONS: tuple[str, ...] = (
+    "--variant=apt",
+    '--aptopt=APT::Install-Recommends "false"',
+    '--aptopt=Acquire::Languages "none"',
+    "--dpkgopt=path-exclude=/usr/share/doc/*",
+    "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+    "--dpkgopt=path-exclude=/usr/share/man/*",
+    "--dpkgopt=path-exclude=/usr/share/info/*",
+    "--dpkgopt=path-exclude=/usr/share/locale/*",
+    "--dpkgopt=path-include=/usr/share/locale/locale.alias",
+    "--dpkgopt=path-exclude=/usr/share/lintian/*",
+    "--dpkgopt=path-exclude=/usr/lib/chromium/locales/*",
+    "--dpkgopt=path-include=/usr/lib/chromium/locales/en-US.pak",
+)
+
+IMPORT_CHANGES: tuple[str, ...] = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    'CMD ["/bin/bash"]',
+)
+
+KIND_ENV: dict[str, dict[str, str]] = {
+    "desktop": {"DISPLAY": ":0", "DBUS_SESSION_BUS_ADDRESS": "unix:path=/tmp/sandbox-dbus/session"},
+    "browser": {"DISPLAY": ":0"},
+}
+"""Environment for the kind's image, so ``docker exec`` sessions reach the X server and session bus too."""
+
+DOCKERFILE_TEMPLATE = """\
+FROM {base_tag}
+RUN groupadd --gid {uid} sandbox \\
+ && useradd --uid {uid} --gid {uid} --create-home --home-dir /home/sandbox --shell /bin/bash sandbox \\
+ && install -d -o {uid} -g {uid} -m 0755 /workspace /run/sandbox /home/sandbox/.config \\
+ && install -d -o 0 -g 0 -m 1777 /tmp/.X11-unix
+{copy_rootfs}COPY opt/ /opt/
+RUN python3 -m compileall -q /opt/sandbox-agent
+ENV {env}
+USER {uid}:{uid}
+WORKDIR /workspace
+CMD ["/opt/sandbox/entrypoint.sh"]
+"""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that goes into one kind's images, and the hashes that name them."""
+
+    kind: str
+    packages: tuple[str, ...]
+    base_hash: str
+    dockerfile: str
+    files: tuple[tuple[str, bytes, int], ...]
+    """The build context besides the Dockerfile: (path in the context, content, mode)."""
+    image_hash: str
+
+    @property
+    def base_tag(self) -> str:
+        return f"{BASE_REPO}/{self.kind}:{self.base_hash[:HASH_LEN]}"
+
+    @property
+    def repository(self) -> str:
+        return f"{IMAGE_REPO}/{self.kind}"
+
+    @property
+    def versioned_tag(self) -> str:
+        return f"{self.repository}:{self.image_hash[:HASH_LEN]}"
+
+
+def image_tag(kind: str) -> str:
+    """The tag a sandbox of ``kind`` runs by default."""
+    check_kind(kind)
+    return f"{IMAGE_REPO}/{kind}:latest"
+
+
+def recipe_hash(kind: str, *, recipes_dir: Path | None = None) -> str:
+    """The full hash of ``kind``'s current recipe; images carry it in the ``sandbox.image.recipe-hash`` label."""
+    return load_recipe(kind, recipes_dir=recipes_dir).image_hash
+
+
+def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
+    check_kind(kind)
+    recipe_dir = (recipes_dir or DEFAULT_RECIPES_DIR) / kind
+    packages = _read_packages(recipe_dir / "packages.txt")
+    base_hash = _digest(
+        [
+            json.dumps(
+                {"suite": SUITE, "packages": packages, "options": MMDEBSTRAP_OPTIONS, "changes": IMPORT_CHANGES},
+                sort_keys=True,
+            ).encode()
+        ]
+    )
+    base_tag = f"{BASE_REPO}/{kind}:{base_hash[:HASH_LEN]}"
+    overlay = _overlay_files(recipe_dir / "rootfs")
+    dockerfile = _dockerfile(kind, base_tag, has_overlay=bool(overlay))
+    files = (
+        *overlay,
+        ("opt/sandbox/lib.sh", _read(recipe_dir.parent / "common" / "lib.sh"), 0o644),
+        ("opt/sandbox/entrypoint.sh", _read(recipe_dir / "entrypoint.sh"), 0o755),
+        *_agent_files(),
+    )
+    image_hash = _digest([base_hash.encode(), dockerfile.encode(), *_flatten(files)])
+    return Recipe(kind, packages, base_hash, dockerfile, files, image_hash)
+
+
+def check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise InvalidArgument(f"unknown image kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ImageBuildError(f"cannot read image recipe file {path}: {e}") from e
+
+
+def _read_packages(path: Path) -> tuple[str, ...]:
+    names = (line.split("#", 1)[0].strip() for line in _read(path).decode().splitlines())
+    packages = tuple(sorted({name for name in names if name}))
+    if not packages:
+        raise ImageBuildError(f"{path} lists no packages")
+    return packages
+
+
+def _dockerfile(kind: str, base_tag: str, *, has_overlay: bool) -> str:
+    env = {
+        "SANDBOX_KIND": kind,
+        "PYTHONPATH": "/opt/sandbox-agent",
+        "LANG": "C.UTF-8",
+        "HOME": "/home/sandbox",
+        **KIND_ENV.get(kind, {}),
+    }
+    return DOCKERFILE_TEMPLATE.format(
+        base_tag=base_tag,
+        uid=SANDBOX_UID,
+        copy_rootfs="COPY rootfs/ /\n" if has_overlay else "",
+        env=" ".join(f"{k}={v}" for k, v in env.items()),
+    )
+
+
+def _overlay_files(root: Path) -> list[tuple[str, bytes, int]]:
+    """Files under ``images/<kind>/rootfs/`` land at the same path in the image, owned by root, modes kept."""
+    if not root.is_dir():
+        return []
+    paths = sorted(p for p in root.rglob("*") if p.is_file())
+    return [
+        (f"rootfs/{p.relative_to(root).as_posix()}", _read(p), 0o755 if p.stat().st_mode & 0o111 else 0o644)
+        for p in paths
+    ]
+
+
+def _agent_files() -> list[tuple[str, bytes, int]]:
+    sources = [PACKAGE_DIR / "__init__.py", PACKAGE_DIR / "protocol.py"]
+    sources += sorted(p for p in (PACKAGE_DIR / "agent").rglob("*") if p.is_file() and _is_source(p))
+    return [(f"opt/sandbox-agent/sandbox/{p.relative_to(PACKAGE_DIR).as_posix()}", _read(p), 0o644) for p in sources]
+
+
+def _is_source(path: Path) -> bool:
+    return "__pycache__" not in path.parts and path.suffix not in {".pyc", ".pyo"}
+
+
+def _flatten(files: Iterable[tuple[str, bytes, int]]) -> Iterator[bytes]:
+    for name, content, mode in files:
+        yield name.encode()
+        yield f"{mode:o}".encode()
+        yield content
+
+
+def _digest(parts: Iterable[bytes]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()

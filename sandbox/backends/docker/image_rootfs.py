@@ -1,0 +1,95 @@
+"""The base stage: ``mmdebstrap`` makes a Debian root file system from the recipe's package list, and
+``docker import`` turns it into ``sandbox-base/<kind>:<base hash>``."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from sandbox.backends.docker.image_engine import ENGINE_ERRORS, LOG_TAIL, Progress, explain, failure, size_mb
+from sandbox.backends.docker.image_recipe import (
+    IMPORT_CHANGES,
+    LABEL_BASE_HASH,
+    LABEL_KIND,
+    LABEL_MANAGED_BY,
+    LABEL_STAGE,
+    MANAGED_BY,
+    MMDEBSTRAP_OPTIONS,
+    SUITE,
+    Recipe,
+)
+from sandbox.errors import ImageBuildError
+
+
+def build_base(client: docker.DockerClient, recipe: Recipe, say: Progress) -> None:
+    """Make ``recipe.base_tag``: mmdebstrap into a temporary tar, then ``docker import`` with the base labels."""
+    say(f"base: building {recipe.base_tag} with mmdebstrap ({len(recipe.packages)} packages)")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sandbox-image-") as tmp:
+        rootfs = Path(tmp) / "rootfs.tar"
+        _run_mmdebstrap(recipe, rootfs, say)
+        say(f"base: importing {rootfs.stat().st_size / 1e6:.0f} MB root file system")
+        _import_rootfs(client, recipe, rootfs)
+    elapsed = time.monotonic() - started
+    say(f"base: done in {elapsed:.1f}s ({recipe.base_tag}, {size_mb(client, recipe.base_tag)} MB)")
+
+
+def _mmdebstrap_command(recipe: Recipe, output: Path) -> list[str]:
+    return ["mmdebstrap", *MMDEBSTRAP_OPTIONS, f"--include={','.join(recipe.packages)}", SUITE, str(output)]
+
+
+def _run_mmdebstrap(recipe: Recipe, output: Path, say: Progress) -> None:
+    if shutil.which("mmdebstrap") is None:
+        raise ImageBuildError("mmdebstrap is not installed; run scripts/setup.sh or `apt-get install mmdebstrap`")
+    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
+    with subprocess.Popen(
+        _mmdebstrap_command(recipe, output),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    ) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip()
+            tail.append(line)
+            say(f"mmdebstrap | {line}")
+    if proc.returncode != 0:
+        raise ImageBuildError(failure(f"mmdebstrap for {recipe.kind} exited with {proc.returncode}", tail))
+
+
+def _import_rootfs(client: docker.DockerClient, recipe: Recipe, rootfs: Path) -> None:
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_KIND: recipe.kind,
+        LABEL_STAGE: "base",
+        LABEL_BASE_HASH: recipe.base_hash,
+    }
+    changes = [*IMPORT_CHANGES, *(f"LABEL {k}={v}" for k, v in labels.items())]
+    repository, tag = recipe.base_tag.split(":")
+    try:
+        result = client.api.import_image_from_file(str(rootfs), repository=repository, tag=tag, changes=changes)
+    except ENGINE_ERRORS as e:
+        raise ImageBuildError(f"docker import of {recipe.base_tag} failed: {explain(e)}") from e
+    errors = [m["error"] for m in _json_lines(result) if "error" in m]
+    if errors:
+        raise ImageBuildError(f"docker import of {recipe.base_tag} failed: {errors[-1]}")
+
+
+def _json_lines(text: str) -> Iterator[dict[str, Any]]:
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            message = json.loads(line)
+            if isinstance(message, dict):
+                yield message

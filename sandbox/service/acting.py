@@ -1,0 +1,209 @@
+"""Acting in a sandbox: steps, observations, screenshots, commands, files, health, logs and tunnels.
+
+A call that finds the instance dead hands it to ``_dead``, which says why and recovers it when asked to;
+the caller gets a clear error either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Any
+
+from sandbox.agent_client import AgentClient
+from sandbox.backends.base import probe_health
+from sandbox.errors import InvalidArgument, Unavailable
+from sandbox.models import (
+    COMPUTER_ACTIONS,
+    Action,
+    Evaluate,
+    Exec,
+    ExecResult,
+    FileInfo,
+    Health,
+    Navigate,
+    Observation,
+    SandboxKind,
+    SandboxState,
+    Screenshot,
+)
+from sandbox.service.auth import Principal
+from sandbox.service.core import ms_since, require_display, require_kind, timed
+from sandbox.service.failures import reason
+from sandbox.service.leases import LeaseOps
+from sandbox.service.records import SandboxRecord
+
+RECENT_ACTIONS = 50
+TOUCH_EVERY_S = 1.0
+"""last_active_at is written at most this often per sandbox (it only feeds the idle timeout)."""
+
+
+class ActingOps(LeaseOps):
+    @timed("step")
+    async def step(
+        self, principal: Principal, sandbox_id: str, action: Action, *, screenshot: bool = False
+    ) -> Observation:
+        record = await self._find(principal, sandbox_id)
+        agent = self._agent(record)
+        started = time.perf_counter()
+        obs: dict[str, Any] = {}
+        try:
+            if isinstance(action, COMPUTER_ACTIONS):
+                require_display(record)
+                result = await agent.act(action.model_dump(exclude_none=True))
+                if "cursor" in result:
+                    obs["cursor"] = tuple(result["cursor"])
+            elif isinstance(action, Exec):
+                obs["exec"] = await _exec(agent, action)
+            elif isinstance(action, Navigate):
+                require_kind(record, SandboxKind.BROWSER, "navigate")
+                page = await agent.navigate(action.url, timeout=action.timeout)
+                obs.update(url=page.get("url"), title=page.get("title"))
+            elif isinstance(action, Evaluate):
+                require_kind(record, SandboxKind.BROWSER, "evaluate")
+                obs["value"] = await agent.evaluate(action.expression)
+            else:  # pragma: no cover - the Action union is closed
+                raise InvalidArgument(f"unsupported action {action.type!r}")
+            timings = {"action": ms_since(started)}
+            if screenshot:
+                shot_started = time.perf_counter()
+                obs["screenshot"] = await agent.screenshot()
+                timings["screenshot"] = ms_since(shot_started)
+        except Unavailable as e:
+            raise await self._dead(record, e) from e
+        await self._touch(record)
+        self._recent.setdefault(sandbox_id, deque(maxlen=RECENT_ACTIONS)).append(
+            {"at": time.time(), "action": action.model_dump(mode="json")}
+        )
+        return Observation(**obs, timings_ms={**timings, "total": ms_since(started)})
+
+    @timed("observe")
+    async def observe(
+        self, principal: Principal, sandbox_id: str, *, format: str = "png", quality: int = 80
+    ) -> Observation:
+        record = await self._find(principal, sandbox_id)
+        agent = self._agent(record)
+        started = time.perf_counter()
+        obs: dict[str, Any] = {}
+        try:
+            if record.spec.kind.has_display:
+                obs["screenshot"] = await agent.screenshot(format=format, quality=quality)
+            if record.spec.kind is SandboxKind.BROWSER:
+                page = await agent.browser_info()
+                obs.update(url=page.get("url"), title=page.get("title"))
+        except Unavailable as e:
+            raise await self._dead(record, e) from e
+        await self._touch(record)
+        return Observation(**obs, timings_ms={"total": ms_since(started)})
+
+    @timed("screenshot")
+    async def screenshot(
+        self, principal: Principal, sandbox_id: str, *, format: str = "png", quality: int = 80
+    ) -> Screenshot:
+        record = await self._find(principal, sandbox_id)
+        require_display(record)
+        try:
+            return await self._agent(record).screenshot(format=format, quality=quality)
+        except Unavailable as e:
+            raise await self._dead(record, e) from e
+
+    @timed("exec")
+    async def exec(self, principal: Principal, sandbox_id: str, request: Exec) -> ExecResult:
+        record = await self._find(principal, sandbox_id)
+        try:
+            result = await _exec(self._agent(record), request)
+        except Unavailable as e:
+            raise await self._dead(record, e) from e
+        await self._touch(record)
+        return result
+
+    # ------------------------------------------------------------------ files
+
+    @timed("read_file")
+    async def read_file(
+        self, principal: Principal, sandbox_id: str, path: str, *, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        data: bytes = await self._call(principal, sandbox_id, "read_file", path, offset=offset, length=length)
+        return data
+
+    @timed("write_file")
+    async def write_file(
+        self, principal: Principal, sandbox_id: str, path: str, data: bytes, *, mode: int = 0o644, append: bool = False
+    ) -> int:
+        size: int = await self._call(principal, sandbox_id, "write_file", path, data, mode=mode, append=append)
+        return size
+
+    @timed("list_files")
+    async def list_files(self, principal: Principal, sandbox_id: str, path: str) -> list[FileInfo]:
+        files: list[FileInfo] = await self._call(principal, sandbox_id, "list_dir", path)
+        return files
+
+    @timed("delete_file")
+    async def delete_file(self, principal: Principal, sandbox_id: str, path: str, *, recursive: bool = False) -> None:
+        await self._call(principal, sandbox_id, "delete", path, recursive=recursive)
+
+    # ------------------------------------------------------------------ inspection
+
+    @timed("health")
+    async def health(self, principal: Principal, sandbox_id: str) -> Health:
+        record = await self._find(principal, sandbox_id)
+        health = await probe_health(self.backend, record.instance)
+        if not health.ok:
+            await self.mark_failed(record, reason(health), cause="probe_failed")
+        return health
+
+    @timed("logs")
+    async def logs(self, principal: Principal, sandbox_id: str, *, tail: int = 200) -> str:
+        record = await self._find(principal, sandbox_id)
+        return await self.backend.logs(record.instance, tail=tail)
+
+    async def open_tunnel(
+        self, principal: Principal, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A byte stream to a localhost port inside the sandbox (e.g. its VNC server), through its agent."""
+        result: tuple[asyncio.StreamReader, asyncio.StreamWriter] = await self._call(
+            principal, sandbox_id, "open_tunnel", port
+        )
+        return result
+
+    async def recent_actions(self, principal: Principal, sandbox_id: str) -> list[dict[str, Any]]:
+        await self._find(principal, sandbox_id)
+        return list(self._recent.get(sandbox_id, ()))
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _call(self, principal: Principal, sandbox_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        record = await self._find(principal, sandbox_id)
+        try:
+            result = await getattr(self._agent(record), method)(*args, **kwargs)
+        except Unavailable as e:
+            raise await self._dead(record, e) from e
+        await self._touch(record)
+        return result
+
+    async def _touch(self, record: SandboxRecord) -> None:
+        """Note activity (for the idle timeout) on the instance the call went to, if it still serves the sandbox."""
+        now = time.time()
+        if now - self._touched.get(record.id, 0.0) < TOUCH_EVERY_S:
+            return
+        self._touched[record.id] = now
+
+        def active(fresh: SandboxRecord) -> bool:
+            if fresh.instance != record.instance or fresh.state is not SandboxState.RUNNING:
+                return False  # a reset or a recovery swapped the instance meanwhile: leave their record alone
+            fresh.last_active_at = now
+            return True
+
+        await self._update(record.id, active, durable=False)
+
+
+async def _exec(agent: AgentClient, request: Exec) -> ExecResult:
+    return await agent.exec(
+        request.cmd,
+        timeout=request.timeout,
+        cwd=request.cwd,
+        env=request.env,
+        session=request.session,
+        keep_background=request.keep_background,
+    )

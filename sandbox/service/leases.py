@@ -1,0 +1,125 @@
+"""Leases: create, get, list, delete, renew and reset sandboxes."""
+
+from __future__ import annotations
+
+import time
+
+from sandbox.errors import InvalidArgument
+from sandbox.models import MAX_LEASE_S, SandboxInfo, SandboxSpec, SandboxState
+from sandbox.observability.metrics import note_kind
+from sandbox.service.auth import Principal
+from sandbox.service.core import _ids, timed
+from sandbox.service.failures import FailureOps
+from sandbox.service.records import SANDBOXES, SandboxRecord, new_sandbox_id
+
+
+class LeaseOps(FailureOps):
+    @timed("create")
+    async def create(self, principal: Principal, spec: SandboxSpec) -> SandboxInfo:
+        note_kind(spec.kind)
+        image = await self._image(principal, spec)
+        sandbox_id = new_sandbox_id(spec.kind)
+        instance = await self._provision(spec, image, sandbox_id)
+        now = time.time()
+        record = SandboxRecord(
+            id=sandbox_id,
+            tenant=principal.tenant,
+            spec=spec,
+            state=SandboxState.RUNNING,
+            instance=instance,
+            created_at=now,
+            last_active_at=now,
+            expires_at=now + spec.ttl_s,
+        )
+        try:
+            await self._insert(record)
+        except BaseException:
+            self.instances.retire_later(instance)
+            raise
+        await self._publish_claim(record)
+        self._log.info("created sandbox %s on %s", sandbox_id, instance, extra=_ids(record))
+        return record.info()
+
+    @timed("get")
+    async def get(self, principal: Principal, sandbox_id: str) -> SandboxInfo:
+        return (await self._find(principal, sandbox_id)).info()
+
+    async def list_sandboxes(self, principal: Principal) -> list[SandboxInfo]:
+        records = await self.store.all(SANDBOXES)
+        found = [SandboxRecord.model_validate(doc) for doc in records.values()]
+        return [r.info() for r in found if principal.can_see(r.tenant) and r.state is not SandboxState.EXPIRED]
+
+    @timed("delete")
+    async def delete(self, principal: Principal, sandbox_id: str) -> None:
+        record = await self._find(principal, sandbox_id, allow_expired=True)
+        async with self._exclusive(sandbox_id):
+            fresh = await self._read(sandbox_id)
+            if fresh is None:
+                return
+            await self.store.delete(SANDBOXES, sandbox_id)
+            self._forget_local(sandbox_id)
+            if fresh.state is not SandboxState.EXPIRED:
+                self.instances.retire_later(fresh.instance)
+        self._log.info("deleted sandbox %s", sandbox_id, extra=_ids(record))
+
+    @timed("renew")
+    async def renew(self, principal: Principal, sandbox_id: str, *, ttl_s: float | None = None) -> SandboxInfo:
+        """Extend the lease: the sandbox now lives ``ttl_s`` (default: its spec's ttl) from now."""
+        if ttl_s is not None and not 0 < ttl_s <= MAX_LEASE_S:
+            raise InvalidArgument(f"ttl_s must be in (0, {MAX_LEASE_S}] seconds")
+        await self._find(principal, sandbox_id)
+        now = time.time()
+
+        def extend(record: SandboxRecord) -> bool:
+            if record.state is SandboxState.EXPIRED:
+                return False
+            record.expires_at = now + (ttl_s or record.spec.ttl_s)
+            record.last_active_at = now
+            return True
+
+        async with self._exclusive(sandbox_id):
+            renewed = await self._update(sandbox_id, extend)
+        if renewed is None:  # expired or deleted meanwhile: say which
+            return (await self._find(principal, sandbox_id)).info()
+        await self._publish_claim(renewed)
+        return renewed.info()
+
+    @timed("reset")
+    async def reset(self, principal: Principal, sandbox_id: str, *, snapshot: str | None = None) -> SandboxInfo:
+        """Back to the sandbox's initial state (its image or snapshot, or ``snapshot``) with a fresh /workspace.
+
+        Fast path: a warm instance of the target is swapped in and the old instance is removed in
+        the background. Otherwise a new instance is started before the old one goes.
+        """
+        record = await self._find(principal, sandbox_id)
+        spec = record.spec if snapshot is None else record.spec.model_copy(update={"snapshot": snapshot})
+        image = await self._image(principal, spec)
+        async with self._exclusive(sandbox_id):
+            record = await self._find(principal, sandbox_id)
+            old = record.instance
+            instance = await self._provision(spec, image, sandbox_id)
+
+            def swap(fresh: SandboxRecord) -> bool:
+                if fresh.instance != old or fresh.state is SandboxState.EXPIRED:
+                    return False
+                fresh.instance, fresh.spec = instance, spec
+                fresh.state, fresh.error, fresh.last_active_at = SandboxState.RUNNING, None, time.time()
+                return True
+
+            updated = await self._update(sandbox_id, swap)
+            if updated is None:
+                self.instances.retire_later(instance)
+                await self._find(principal, sandbox_id)  # says what happened meanwhile (deleted, expired)
+                return record.info()
+            self._recent.pop(sandbox_id, None)
+        await self._publish_claim(updated)
+        self.instances.retire_later(old)
+        self._log.info("reset sandbox %s onto %s", sandbox_id, instance, extra=_ids(updated))
+        return updated.info()
+
+    async def close(self) -> None:
+        """Stop serving. Sandboxes live on in the store and the engine for the next start; instances this
+        replica was starting for its pools are removed (none is left that nobody holds)."""
+        await self.pools.close()
+        await self.instances.drain()
+        await self.backend.close()

@@ -1,0 +1,213 @@
+"""Races in the core, each forced into its bad interleaving with events (never sleeps), on the fake backend:
+stale writes after an agent call, a claim against a removal, a stop during a warm-pool start, a wiped store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from sandbox.errors import FailedPrecondition, Unavailable
+from sandbox.models import Exec, SandboxSpec, SandboxState
+from sandbox.service import SandboxService
+from sandbox.service.auth import Principal
+from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
+from sandbox.service.records import INSTANCES, SANDBOXES, InstanceState, SandboxRecord, pool_key
+from sandbox.store import EmbeddedStore
+from sandbox.testing.fake_backend import FakeBackend
+from tests.polling import eventually
+
+ALICE = Principal("alpha")
+LOGGER = logging.getLogger("sandbox.test.races")
+SPEC = SandboxSpec(kind="terminal", labels={"t": "races"})
+
+
+async def _record(service: SandboxService, sandbox_id: str) -> SandboxRecord:
+    doc = await service.store.get(SANDBOXES, sandbox_id)
+    assert doc is not None
+    return SandboxRecord.model_validate(doc)
+
+
+def _pause_agent_call(service: SandboxService, instance: str, method: str) -> tuple[asyncio.Event, asyncio.Event]:
+    """Make ``method`` of the instance's agent wait until released, then fail as a dead agent would."""
+    entered, release = asyncio.Event(), asyncio.Event()
+    agent = service.backend.agent(instance)
+
+    async def paused(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        await release.wait()
+        raise Unavailable("lost the connection to the agent (forced by the test)")
+
+    setattr(agent, method, paused)
+    return entered, release
+
+
+async def _in_flight(call: Awaitable[Any]) -> asyncio.Task[Any]:
+    return asyncio.ensure_future(call)
+
+
+async def test_a_step_failing_during_a_reset_does_not_undo_the_reset(service: SandboxService) -> None:
+    info = await service.create(ALICE, SPEC)
+    try:
+        before = (await _record(service, info.id)).instance
+        entered, release = _pause_agent_call(service, before, "exec")
+        step = await _in_flight(service.step(ALICE, info.id, Exec(cmd="true")))
+        await entered.wait()  # the step read the record and called the agent of the old instance
+        await service.reset(ALICE, info.id)
+        await service.backend.destroy(before)  # the old instance is gone, as after the reset's clean-up
+        release.set()
+        with pytest.raises((Unavailable, FailedPrecondition)):
+            await step
+        after = await _record(service, info.id)
+        assert after.instance != before and after.state is SandboxState.RUNNING, after
+        assert (await service.exec(ALICE, info.id, Exec(cmd="echo alive"))).stdout == "alive\n"
+    finally:
+        await service.delete(ALICE, info.id)
+
+
+async def test_a_step_failing_during_a_delete_does_not_bring_the_sandbox_back(service: SandboxService) -> None:
+    info = await service.create(ALICE, SPEC)
+    instance = (await _record(service, info.id)).instance
+    entered, release = _pause_agent_call(service, instance, "exec")
+    step = await _in_flight(service.step(ALICE, info.id, Exec(cmd="true")))
+    await entered.wait()
+    await service.delete(ALICE, info.id)
+    await service.instances.drain()  # the instance is removed, as the step's failure path will find
+    release.set()
+    with pytest.raises((Unavailable, FailedPrecondition)):
+        await step
+    assert await service.store.get(SANDBOXES, info.id) is None, "a deleted sandbox came back"
+
+
+async def test_a_health_report_read_before_a_reset_does_not_mark_the_new_instance(service: SandboxService) -> None:
+    info = await service.create(ALICE, SPEC)
+    try:
+        stale = await _record(service, info.id)  # as health() or a health round holds it across its probe
+        await service.reset(ALICE, info.id)
+        await service.mark_failed(stale, "agent: does not answer", cause="probe_failed")
+        after = await _record(service, info.id)
+        assert after.state is SandboxState.RUNNING and after.instance != stale.instance, after
+    finally:
+        await service.delete(ALICE, info.id)
+
+
+async def test_one_failure_seen_by_many_calls_recovers_once(service: SandboxService) -> None:
+    info = await service.create(ALICE, SPEC.model_copy(update={"auto_recover": True}))
+    try:
+        failed = await _record(service, info.id)
+        await service.backend.destroy(failed.instance)
+        # Several calls in flight all saw the same dead instance; each reports it.
+        await asyncio.gather(
+            *(service.mark_failed(failed, "its container is gone", cause="container_gone") for _ in range(4))
+        )
+        after = await _record(service, info.id)
+        assert after.replacements == 1, f"replaced {after.replacements} times for one failure"
+        assert after.state is SandboxState.RUNNING and after.instance != failed.instance
+    finally:
+        await service.delete(ALICE, info.id)
+
+
+async def _warm_one(service: SandboxService) -> str:
+    key = service.pools.add(SPEC, service.backend.image_for(SPEC), min=1, max=1)
+    await service.pools.refill()
+    await eventually(lambda: service.store.items(key), 30, "the pool filling")
+    service.pools.remove(key)
+    return (await service.store.items(key))[0]
+
+
+async def test_a_claim_that_wins_makes_a_stale_removal_fail(service: SandboxService) -> None:
+    instance = await _warm_one(service)
+    seen_by_reconcile = await service.instances.read(instance)  # an orphan candidate, read before the claim
+    assert seen_by_reconcile is not None and seen_by_reconcile.state is InstanceState.WARM
+    claimed = await service.instances.claim_warm(pool_key(SPEC, service.backend.image_for(SPEC)), "sb-test-1")
+    assert claimed == instance
+    assert not await service.instances.retire(instance, expected=seen_by_reconcile), "removed a claimed instance"
+    await service.backend.agent(instance).ping()  # still there, still answering
+    await service.instances.retire(instance)
+
+
+async def test_a_removal_that_wins_makes_the_claim_take_nothing(service: SandboxService) -> None:
+    instance = await _warm_one(service)
+    key = pool_key(SPEC, service.backend.image_for(SPEC))
+    seen = await service.instances.read(instance)
+    assert seen is not None
+    assert await service.instances.retire(instance, expected=seen)
+    assert await service.store.items(key) == [instance], "the queue still names it, as after a real race"
+    assert await service.instances.claim_warm(key, "sb-test-2") is None, "handed out an instance being removed"
+    assert await service.store.get(INSTANCES, instance) is None
+
+
+async def test_reconciliation_leaves_a_claim_in_progress_alone(service: SandboxService) -> None:
+    instance = await _warm_one(service)
+    key = pool_key(SPEC, service.backend.image_for(SPEC))
+    # Claimed (popped and moved to SERVING) but the sandbox's record is not written yet.
+    assert await service.instances.claim_warm(key, "sb-test-3") == instance
+    settings = LifecycleSettings(orphan_grace_s=60)
+    lifecycle = Lifecycle(service, settings, logger=LOGGER)
+    await lifecycle.tick()  # adopts nothing, marks the epoch
+    for _ in range(3):
+        await lifecycle.reconcile()
+    assert (await service.backend.inspect(instance)).state.value == "running"
+    await service.instances.retire(instance)
+
+
+async def test_a_stop_during_a_warm_start_leaves_no_instance(service: SandboxService) -> None:
+    backend = service.backend
+    assert isinstance(backend, FakeBackend)
+    started, release = asyncio.Event(), asyncio.Event()
+    create: Callable[..., Awaitable[Any]] = backend.create
+
+    async def slow_create(*args: Any, **kwargs: Any) -> Any:
+        made = await create(*args, **kwargs)
+        started.set()
+        await release.wait()  # the instance exists; its start has not returned yet
+        return made
+
+    store = await EmbeddedStore.open(None, logger=LOGGER)
+    fresh = SandboxService(backend, store, logger=LOGGER)
+    backend.create = slow_create  # type: ignore[method-assign]
+    try:
+        fresh.pools.add(SPEC, backend.image_for(SPEC), min=1, max=1)
+        before = {i.id for i in await backend.list_instances()}
+        await fresh.pools.refill()
+        await started.wait()
+        await fresh.pools.close()  # the server stops now
+        await fresh.instances.drain()
+        await fresh.pools.refill()  # a closed pool set starts nothing
+        assert {i.id for i in await backend.list_instances()} == before, "an instance outlived the stop"
+        assert await store.all(INSTANCES) == {}
+    finally:
+        backend.create = create  # type: ignore[method-assign]
+        release.set()
+        await store.close()
+
+
+async def test_a_wiped_store_adopts_held_sandboxes_instead_of_reaping_them(service: SandboxService) -> None:
+    info = await service.create(ALICE, SPEC.model_copy(update={"ttl_s": 3600}))
+    await service.exec(ALICE, info.id, Exec(cmd="echo yes > kept"))
+    instance = (await _record(service, info.id)).instance
+    await service.start()
+    # The store restarts empty (a Redis without persistence): a new, empty store, the same engine.
+    wiped = await EmbeddedStore.open(None, logger=LOGGER)
+    replica = SandboxService(service.backend, wiped, logger=LOGGER)
+    replica.epoch = service.epoch  # it had seen the old store
+    try:
+        with pytest.raises(Unavailable, match="lost its records"):
+            await replica.get(ALICE, info.id)
+        lifecycle = Lifecycle(replica, LifecycleSettings(orphan_grace_s=0), logger=LOGGER)
+        await lifecycle.tick()
+        for _ in range(3):
+            await lifecycle.reconcile()
+        adopted = await replica.get(ALICE, info.id)
+        assert adopted.state is SandboxState.RUNNING and adopted.tenant == ALICE.tenant
+        assert abs(adopted.expires_at - info.expires_at) < 1
+        assert (await replica.exec(ALICE, info.id, Exec(cmd="cat kept"))).stdout == "yes\n"
+        assert (await service.backend.inspect(instance)).state.value == "running"
+    finally:
+        await replica.delete(ALICE, info.id)
+        await replica.instances.drain()
+        await service.store.delete(SANDBOXES, info.id)
+        await wiped.close()
