@@ -10,6 +10,12 @@ Binary payloads (screenshots, file contents) travel in the blob, never base64 in
 
 After a successful ``tunnel`` request the connection stops carrying frames and becomes a
 raw byte pipe to a port inside the sandbox (VNC, DevTools).
+
+The agent serves a unix socket (guarded by its directory's permissions: no handshake) and,
+when asked, TCP. On TCP the first frame must be ``{"op": "hello", "args": {"token": str}}``
+carrying the sandbox's secret; the agent answers ``{"ok": true, "result": {"protocol": N}}``
+and then serves the connection like a unix one, or answers one ``unauthenticated`` error
+frame and hangs up.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ MAX_HEADER_BYTES = 4 * 1024 * 1024
 MAX_BLOB_BYTES = 256 * 1024 * 1024
 AGENT_SOCKET_NAME = "agent.sock"
 SOCKET_DIR_IN_SANDBOX = "/run/sandbox"
+HELLO_OP = "hello"
+LISTEN_ENV = "SANDBOX_AGENT_LISTEN"
+"""``HOST:PORT`` the agent listens on over TCP (unset or empty: no TCP)."""
+TOKEN_FILE_ENV = "SANDBOX_AGENT_TOKEN_FILE"
+"""The file holding the secret a TCP peer must present in its hello."""
 
 
 class FrameError(Exception):
@@ -45,6 +56,7 @@ class ErrorCode:
     TIMEOUT = "timeout"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
+    UNAUTHENTICATED = "unauthenticated"
 
 
 def encode_frame(header: dict[str, Any], blob: bytes = b"") -> bytes:
@@ -61,14 +73,19 @@ async def read_frame(
     *,
     max_header: int = MAX_HEADER_BYTES,
     max_blob: int = MAX_BLOB_BYTES,
+    skip_oversized: bool = True,
 ) -> tuple[dict[str, Any], bytes]:
-    """Read one frame; raises ``asyncio.IncompleteReadError`` on a clean EOF."""
+    """Read one frame; raises ``asyncio.IncompleteReadError`` on a clean EOF.
+
+    A payload over ``max_blob`` (but within :data:`MAX_BLOB_BYTES`) is read past, so the stream stays
+    in step, unless ``skip_oversized`` is false (a peer not yet trusted: nothing is read past).
+    """
     prefix = await reader.readexactly(_PREFIX.size)
     head_len, blob_len = _PREFIX.unpack(prefix)
     if head_len > max_header:
         raise FrameError(f"header of {head_len} bytes exceeds the limit of {max_header}")
     if blob_len > max_blob:
-        if blob_len > MAX_BLOB_BYTES:
+        if blob_len > MAX_BLOB_BYTES or not skip_oversized:
             raise FrameError(f"payload of {blob_len} bytes exceeds the limit of {max_blob}")
         await _discard(reader, head_len + blob_len)
         raise FrameError(f"payload of {blob_len} bytes exceeds the limit of {max_blob}", recoverable=True)

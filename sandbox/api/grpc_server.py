@@ -13,6 +13,7 @@ and the platform's exceptions → status codes with :func:`sandbox.wire.status.g
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from sandbox.api.grpc_probes import add_probes, follow_readiness
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.wire import convert
@@ -54,6 +56,8 @@ class SandboxServicer:
         self._service = service
         self._tokens = tokens
         self._log = logger
+        self.readiness: asyncio.Task[None] | None = None
+        """Reports the service's readiness to the health service while the server runs."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -244,7 +248,9 @@ async def bind_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    pb_grpc.add_SandboxServiceServicer_to_server(SandboxServicer(service=service, tokens=tokens, logger=logger), server)
+    servicer = SandboxServicer(service=service, tokens=tokens, logger=logger)
+    pb_grpc.add_SandboxServiceServicer_to_server(servicer, server)
+    health = add_probes(server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     cause: RuntimeError | None = None
     try:
@@ -257,6 +263,8 @@ async def bind_grpc_server(
             cause
         )
     await server.start()
+    # Ends with the server: no task outlives a stopped server.
+    servicer.readiness = asyncio.create_task(follow_readiness(server, health, service, logger=logger))
     logger.info("gRPC API listening on %s", f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}")
     return server, bound
 

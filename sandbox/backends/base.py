@@ -97,6 +97,10 @@ class Backend(abc.ABC):
     async def logs(self, instance_id: str, *, tail: int = 200) -> str:
         """The instance's own output (its services and agent)."""
 
+    async def ping(self) -> None:
+        """Raise (``Unavailable``) unless the engine answers; a readiness probe calls this often, so keep it cheap."""
+        await self.list_instances()
+
     def image_for(self, spec: SandboxSpec) -> str:
         """The image an instance of ``spec`` runs when the spec names none."""
         return spec.image or spec.kind.value

@@ -78,7 +78,7 @@ class ServiceCore:
         """This control-plane process among the others sharing the store."""
         self._log = logger
         self.metrics = metrics or Metrics()
-        self.instances = Instances(backend, store, logger=logger)
+        self.instances = Instances(backend, store, replica=self.replica, logger=logger)
         self.pools = Pools(self.instances, store, logger=logger)
         self._recent: dict[str, deque[dict[str, Any]]] = {}
         self._touched: dict[str, float] = {}
@@ -91,6 +91,22 @@ class ServiceCore:
         await self.store.put_if_absent(META, EPOCH, {"id": secrets.token_hex(8), "created_at": time.time()})
         doc = await self.store.get(META, EPOCH)
         self.epoch = None if doc is None else str(doc.get("id"))
+
+    async def readiness(self, *, timeout_s: float = 2.0) -> dict[str, str | None]:
+        """Whether this replica can serve: the store and the backend each answer within ``timeout_s``.
+        Check name -> None when it passed, else why it failed."""
+
+        async def check(call: Awaitable[Any]) -> str | None:
+            try:
+                await asyncio.wait_for(call, timeout_s)
+            except TimeoutError:
+                return f"no answer within {timeout_s:g} s"
+            except SandboxError as e:
+                return e.message
+            return None
+
+        store, backend = await asyncio.gather(check(self.store.get(META, EPOCH)), check(self.backend.ping()))
+        return {"store": store, "backend": backend}
 
     # ------------------------------------------------------------------ records
 

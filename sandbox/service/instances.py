@@ -21,9 +21,10 @@ from sandbox.store import Store
 
 
 class Instances:
-    def __init__(self, backend: Backend, store: Store, *, logger: logging.Logger) -> None:
+    def __init__(self, backend: Backend, store: Store, *, replica: str, logger: logging.Logger) -> None:
         self.backend = backend
         self.store = store
+        self.replica = replica
         self._log = logger
         self._retiring: set[asyncio.Task[None]] = set()
 
@@ -44,14 +45,15 @@ class Instances:
         return found
 
     async def _move(self, record: InstanceRecord, state: InstanceState, *, sandbox: str | None = None) -> bool:
-        """Compare-and-set the record into ``state``; False if it changed since it was read."""
-        moved = record.moved_to(state, sandbox=sandbox)
+        """Compare-and-set the record into ``state`` (this replica its owner); False if it changed since it was read."""
+        moved = record.moved_to(state, sandbox=sandbox, owner=self.replica)
         version = await self.store.put_if_version(
             INSTANCES, record.id, moved.model_dump(mode="json"), version=record.version
         )
         if version is None:
             return False
-        record.state, record.sandbox, record.since, record.version = moved.state, moved.sandbox, moved.since, version
+        record.state, record.sandbox, record.since, record.owner = moved.state, moved.sandbox, moved.since, moved.owner
+        record.version = version
         return True
 
     async def start(self, spec: SandboxSpec, image: str, *, pool: str | None = None, sandbox: str | None = None) -> str:
@@ -59,7 +61,7 @@ class Instances:
         (the caller queues it) or SERVING ``sandbox``."""
         instance = new_instance_id(spec.kind)
         now = time.time()
-        record = InstanceRecord(id=instance, pool=pool, sandbox=sandbox, created_at=now, since=now)
+        record = InstanceRecord(id=instance, pool=pool, sandbox=sandbox, created_at=now, since=now, owner=self.replica)
         version = await self.store.put_if_version(INSTANCES, instance, record.model_dump(mode="json"), version=0)
         record.version = version or 0
         await self.store.incr(CREATED_COUNTER)

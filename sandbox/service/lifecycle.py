@@ -17,11 +17,20 @@ from sandbox.models import SandboxState
 from sandbox.observability.metrics import FailureCause
 from sandbox.service.adoption import adopt, epoch_changed
 from sandbox.service.failures import reason
-from sandbox.service.records import LEADER_LOCK, SANDBOXES, InstanceRecord, InstanceState, SandboxRecord
+from sandbox.service.records import (
+    LEADER_LOCK,
+    SANDBOXES,
+    InstanceRecord,
+    InstanceState,
+    SandboxRecord,
+    replica_lock,
+)
 from sandbox.service.service import SandboxService
 
 TOMBSTONE_S = 3600.0
 """How long an expired sandbox's record stays to tell its client why it is gone."""
+STUCK_S = 900.0
+"""A start or a claim still in progress after this long is taken for stuck, even if its replica lives."""
 
 
 class LifecycleSettings(BaseModel):
@@ -62,6 +71,8 @@ class Lifecycle:
 
     async def tick(self) -> None:
         store, now = self.service.store, time.monotonic()
+        replica = self.service.replica
+        await store.try_lock(replica_lock(replica), replica, self.settings.leader_ttl_s * 3)  # "I am alive"
         was_leader = self._leader
         self._leader = await store.try_lock(LEADER_LOCK, self.service.replica, self.settings.leader_ttl_s)
         self.service.metrics.set_leader(self._leader)
@@ -85,6 +96,7 @@ class Lifecycle:
             await self.reconcile()
 
     async def stop(self) -> None:
+        await self.service.store.unlock(replica_lock(self.service.replica), self.service.replica)
         if self._leader:
             await self.service.store.unlock(LEADER_LOCK, self.service.replica)
             self._leader = False
@@ -154,8 +166,9 @@ class Lifecycle:
     async def reconcile(self) -> None:
         """Remove instances nobody uses; forget queued instances whose container is gone.
 
-        Used: a WARM instance in the queue of a pool still kept; a SERVING one that its sandbox's record names,
-        or claimed within the grace (its sandbox's record is being written); a STARTING one within the grace.
+        Used: a WARM instance in the queue of a pool still kept; a SERVING one that its sandbox's record names;
+        a STARTING one, or a SERVING one whose sandbox's record is still being written, while the replica doing it
+        lives (or within the grace, for records without an owner).
         Unused in two passes in a row (and old enough) is an orphan: a create cut off by a crash, a container
         someone else left with our labels. Each removal is a compare-and-set on the record as read in this pass,
         so an instance claimed meanwhile is never removed. Nothing is removed while the store's epoch changes.
@@ -170,6 +183,8 @@ class Lifecycle:
         waiting = {item for key in queues for item in await store.items(key)}
         serving = {r.instance: r.id for r in await self._records() if r.state is not SandboxState.EXPIRED}
         on_engine = {s.id: s for s in await backend.list_instances()}
+        owners = {r.owner for r in known.values() if r.owner}
+        alive = {owner for owner in owners if await store.holder(replica_lock(owner)) == owner}
         now, grace = time.time(), self.settings.orphan_grace_s
         unused = set()
         for instance in set(on_engine) | set(known):
@@ -177,7 +192,7 @@ class Lifecycle:
             if record is None:
                 if now - on_engine[instance].created_at >= grace:
                     unused.add(instance)
-            elif _unused(record, waiting, serving, now, grace):
+            elif _unused(record, waiting, serving, alive, now, grace):
                 unused.add(instance)
         if await epoch_changed(service):
             return
@@ -193,12 +208,15 @@ class Lifecycle:
         await service.collect_snapshot_images()
 
 
-def _unused(record: InstanceRecord, waiting: set[str], serving: dict[str, str], now: float, grace: float) -> bool:
-    young = now - record.since < grace
+def _unused(
+    record: InstanceRecord, waiting: set[str], serving: dict[str, str], alive: set[str], now: float, grace: float
+) -> bool:
+    age = now - record.since
+    in_progress = age < grace or (record.owner in alive and age < STUCK_S)
     if record.state is InstanceState.WARM:
         return record.id not in waiting
     if record.state is InstanceState.SERVING:
-        return serving.get(record.id) != record.sandbox and not young
+        return serving.get(record.id) != record.sandbox and not in_progress
     if record.state is InstanceState.STARTING:
-        return not young
-    return not young  # RETIRING: a removal that did not finish
+        return not in_progress
+    return age >= grace  # RETIRING: a removal that did not finish

@@ -35,6 +35,11 @@ CREATED_COUNTER = "instances-created"
 LEADER_LOCK = "leader"
 
 
+def replica_lock(replica: str) -> str:
+    """The lock a live replica keeps renewed, so that others can tell it is alive."""
+    return f"replica:{replica}"
+
+
 def new_sandbox_id(kind: SandboxKind) -> str:
     """A lease's public id: ``sb-<kind>-<12 hex>``."""
     return f"sb-{kind.value[:4]}-{secrets.token_hex(6)}"
@@ -138,11 +143,16 @@ class InstanceRecord(BaseModel):
     created_at: float
     since: float = 0.0
     """When it entered its state."""
+    owner: str | None = None
+    """The control-plane replica that started or claimed it: while that replica lives, a start or a claim in
+    progress is its own business, however long the engine takes."""
 
-    def moved_to(self, state: InstanceState, *, sandbox: str | None = None) -> InstanceRecord:
+    def moved_to(self, state: InstanceState, *, sandbox: str | None = None, owner: str | None = None) -> InstanceRecord:
         update: dict[str, Any] = {"state": state, "since": time.time()}
         if sandbox is not None:
             update["sandbox"] = sandbox
+        if owner is not None:
+            update["owner"] = owner
         return self.model_copy(update=update)
 
 

@@ -198,6 +198,11 @@ class Store(abc.ABC):
         self._check_open()
         return await self._unlock(check_name("lock", name), check_name("lock owner", owner))
 
+    async def holder(self, name: str) -> str | None:
+        """Who holds the lock now; None when nobody does (never taken, released or lapsed)."""
+        self._check_open()
+        return await self._holder(check_name("lock", name))
+
     # counters
 
     async def incr(self, name: str, by: int = 1) -> int:
@@ -263,6 +268,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _unlock(self, name: str, owner: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def _holder(self, name: str) -> str | None: ...
 
     @abc.abstractmethod
     async def _incr(self, name: str, by: int) -> int: ...

@@ -216,6 +216,10 @@ class EmbeddedStore(Store):
         await self._changed(durable=False)
         return True
 
+    async def _holder(self, name: str) -> str | None:
+        held = self._data.locks.get(name)
+        return held[0] if held is not None and held[1] > self._clock() else None
+
     # counters
 
     async def _incr(self, name: str, by: int) -> int:

@@ -259,6 +259,10 @@ class RedisStore(Store):
     async def _unlock(self, name: str, owner: str) -> bool:
         return bool(await self._run(self._unlock_script(keys=[self._key("lock", name)], args=[owner]), "unlock"))
 
+    async def _holder(self, name: str) -> str | None:
+        owner = await self._run(self._client.get(self._key("lock", name)), "GET")
+        return None if owner is None else _str(owner)
+
     # counters
 
     async def _incr(self, name: str, by: int) -> int:

@@ -45,7 +45,7 @@ TABLE: tuple[Row, ...] = (
     Row(errors.InvalidArgument, ErrorCode.BAD_REQUEST, _G.INVALID_ARGUMENT, 422),
     Row(errors.NotFound, ErrorCode.NOT_FOUND, _G.NOT_FOUND, 404),
     Row(errors.PermissionDenied, ErrorCode.PERMISSION_DENIED, _G.PERMISSION_DENIED, 403),
-    Row(errors.Unauthenticated, None, _G.UNAUTHENTICATED, 401),
+    Row(errors.Unauthenticated, ErrorCode.UNAUTHENTICATED, _G.UNAUTHENTICATED, 401),
     Row(errors.FailedPrecondition, None, _G.FAILED_PRECONDITION, 409),
     Row(errors.ResourceExhausted, ErrorCode.TOO_LARGE, _G.RESOURCE_EXHAUSTED, 413),
     Row(errors.DeadlineExceeded, ErrorCode.TIMEOUT, _G.DEADLINE_EXCEEDED, 504),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,7 +16,15 @@ from sandbox.models import Exec, SandboxSpec, SandboxState
 from sandbox.service import SandboxService
 from sandbox.service.auth import Principal
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
-from sandbox.service.records import INSTANCES, SANDBOXES, InstanceState, SandboxRecord, pool_key
+from sandbox.service.records import (
+    INSTANCES,
+    SANDBOXES,
+    InstanceRecord,
+    InstanceState,
+    SandboxRecord,
+    pool_key,
+    replica_lock,
+)
 from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_backend import FakeBackend
 from tests.polling import eventually
@@ -211,3 +220,26 @@ async def test_a_wiped_store_adopts_held_sandboxes_instead_of_reaping_them(servi
         await replica.instances.drain()
         await service.store.delete(SANDBOXES, info.id)
         await wiped.close()
+
+
+@pytest.mark.parametrize("starter_alive", [True, False])
+async def test_a_slow_start_is_reaped_only_when_its_replica_is_dead(
+    service: SandboxService, starter_alive: bool
+) -> None:
+    instance = f"in-term-slow{int(starter_alive)}"
+    await service.backend.create(instance, SPEC)
+    long_ago = time.time() - 120  # far past the orphan grace: the engine is slow, or the starter died
+    record = InstanceRecord(id=instance, created_at=long_ago, since=long_ago, owner="replica-elsewhere")
+    await service.store.put(INSTANCES, instance, record.model_dump(mode="json"))
+    if starter_alive:
+        assert await service.store.try_lock(replica_lock("replica-elsewhere"), "replica-elsewhere", 60)
+    lifecycle = Lifecycle(service, LifecycleSettings(orphan_grace_s=10), logger=LOGGER)
+    try:
+        await lifecycle.tick()
+        await lifecycle.reconcile()
+        await lifecycle.reconcile()  # two passes make an orphan
+        running = (await service.backend.inspect(instance)).state.value == "running"
+        assert running is starter_alive, f"alive={starter_alive}: the slow start was {'kept' if running else 'reaped'}"
+    finally:
+        await service.store.unlock(replica_lock("replica-elsewhere"), "replica-elsewhere")
+        await service.instances.retire(instance)

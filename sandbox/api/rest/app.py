@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request, Response
 
 from sandbox import __version__
 from sandbox.api.rest import context, routes
-from sandbox.api.rest.bodies import Ok
+from sandbox.api.rest.bodies import Ok, Readiness
 from sandbox.api.rest.errors import add_error_handlers
 from sandbox.api.rest.limits import BodyLimit
 from sandbox.api.webview import mount_webview
@@ -30,9 +30,23 @@ def create_app(
     app.add_middleware(BodyLimit, metrics=service.metrics)
 
     @app.get("/healthz", tags=["inspection"])
-    async def healthz() -> Ok:
-        """Liveness of the control plane itself; needs no token."""
+    @app.get("/livez", tags=["inspection"])
+    async def livez() -> Ok:
+        """Liveness of the control plane process itself (it answers); needs no token."""
         return Ok()
+
+    @app.get(
+        "/readyz",
+        tags=["inspection"],
+        responses={503: {"model": Readiness, "description": "The store or the backend does not answer."}},
+    )
+    async def readyz(response: Response) -> Readiness:
+        """Ready to serve: the state store and the backend both answer. Needs no token."""
+        checks = await service.readiness()
+        ready = not any(checks.values())
+        if not ready:
+            response.status_code = 503
+        return Readiness(ready=ready, checks={name: why or "ok" for name, why in checks.items()})
 
     @app.get("/metrics", tags=["inspection"], response_class=Response)
     async def metrics(request: Request) -> Response:

@@ -57,3 +57,8 @@ class ActionList(Model):
 
 class Ok(Model):
     ok: bool = True
+
+
+class Readiness(Model):
+    ready: bool
+    checks: dict[str, str] = Field(description='Each check ("store", "backend"): "ok", or why it failed.')

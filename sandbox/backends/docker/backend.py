@@ -133,6 +133,9 @@ class DockerBackend(Backend):
                 raise Unavailable(f"cannot reach the Docker engine: {e}") from e
         return self._client
 
+    async def ping(self) -> None:
+        await _call("ping the engine", self.client.ping)
+
     def owner_labels(self) -> dict[str, str]:
         return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_OWNER: self.config.owner}
 

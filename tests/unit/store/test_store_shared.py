@@ -103,6 +103,18 @@ async def test_lock_expires_unless_renewed(stores: tuple[Store, Store], advance:
     assert await a.try_lock("refill", "alice", 30) is False
 
 
+async def test_holder_names_who_holds_a_lock_until_it_lapses(stores: tuple[Store, Store], advance: Advance) -> None:
+    a, b = stores
+    assert await b.holder("replica:x") is None
+    assert await a.try_lock("replica:x", "x", 10)
+    assert await b.holder("replica:x") == "x"
+    await advance(11)
+    assert await b.holder("replica:x") is None, "a lapsed lease has no holder"
+    assert await a.try_lock("replica:x", "x", 10)
+    assert await a.unlock("replica:x", "x")
+    assert await b.holder("replica:x") is None
+
+
 async def test_counters(stores: tuple[Store, Store]) -> None:
     a, b = stores
     assert await a.counter("created") == 0

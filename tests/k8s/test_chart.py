@@ -1,0 +1,282 @@
+"""The Helm chart: `helm lint --strict`, `helm template` with the default values and every example, what the renders
+must contain (security settings, least-privilege RBAC, network policies), NOTES.txt and the packaged chart."""
+
+from __future__ import annotations
+
+import base64
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.k8s import harness
+
+VALUES = [pytest.param((), id="default"), *(pytest.param((p,), id=p.name) for p in harness.EXAMPLES)]
+CHART_RENDERS = [r for r in harness.RENDERS if r.startswith("chart")]
+STANDARD_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/part-of")
+
+
+def test_examples_exist() -> None:
+    names = {p.name for p in harness.EXAMPLES}
+    assert {"external-redis.yaml", "gvisor.yaml", "ingress-and-monitoring.yaml"} <= names
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_lint_strict(values: tuple[Path, ...]) -> None:
+    proc = harness.run([harness.HELM, "lint", "--strict", harness.CHART, *harness.helm_args(values)], check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+    assert "[WARNING]" not in proc.stdout and "[ERROR]" not in proc.stdout, proc.stdout
+
+
+def by_kind(docs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in by_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[harness.kn(d) for d in found]}"
+    return found[0]
+
+
+def server_json(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    cms = [d for d in by_kind(docs, "ConfigMap") if "server.json" in d.get("data", {})]
+    assert len(cms) == 1
+    return json.loads(cms[0]["data"]["server.json"])
+
+
+@pytest.mark.parametrize("render", CHART_RENDERS)
+def test_template_renders_the_platform(render: str) -> None:
+    docs = harness.render(render)
+    kinds = {d["kind"] for d in docs}
+    assert {
+        "CustomResourceDefinition",
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "NetworkPolicy",
+        "Namespace",
+    } <= kinds
+    assert {d["metadata"]["name"] for d in by_kind(docs, "CustomResourceDefinition")} == {
+        "sandboxes.sandbox.platform.io",
+        "sandboxpools.sandbox.platform.io",
+    }
+    deployment = one(docs, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["sandbox"] and container["args"][0] == "server"
+    args = container["args"]
+    for flag in ("--host=0.0.0.0", "--config=/etc/sandbox/server.json", "--tokens-file=/etc/sandbox/tokens.json"):
+        assert flag in args
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"grpc": 50051, "http": 8080}
+    env = {e["name"]: e for e in container["env"]}
+    assert "SANDBOX_REDIS_URL" in env
+    assert server_json(docs)["backend"]["type"] == "kubernetes"
+    services = {d["metadata"]["name"]: d for d in by_kind(docs, "Service")}
+    assert {"sandbox-grpc", "sandbox-http"} <= set(services)
+    for d in docs:
+        if d["kind"] == "CustomResourceDefinition":
+            continue
+        labels = d["metadata"].get("labels", {})
+        for label in (*STANDARD_LABELS, "app.kubernetes.io/managed-by", "app.kubernetes.io/component"):
+            assert label in labels, f"{harness.kn(d)} lacks the label {label}"
+
+
+def test_default_values_run_two_replicas_with_a_disruption_budget_and_bundled_redis() -> None:
+    docs = harness.render("chart")
+    assert one(docs, "Deployment")["spec"]["replicas"] == 2
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    redis = one(docs, "StatefulSet", "sandbox-redis")
+    assert redis["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "8Gi"
+    conf = one(docs, "ConfigMap", "sandbox-redis")["data"]["redis.conf"]
+    assert "appendonly yes" in conf.splitlines()
+    env = {e["name"]: e for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SANDBOX_REDIS_URL"]["value"] == "redis://sandbox-redis:6379/0"
+    tokens = one(docs, "Secret", "sandbox-tokens")
+    assert set(tokens["data"]) == {"tokens.json"}
+    dashboard = one(docs, "ConfigMap", "sandbox-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert not by_kind(docs, "Ingress") and not by_kind(docs, "ServiceMonitor")
+
+
+def test_external_redis_example_has_no_bundled_redis_and_reads_secrets() -> None:
+    docs = harness.render("chart:external-redis.yaml")
+    assert not by_kind(docs, "StatefulSet")
+    assert "sandbox-redis" not in {d["metadata"]["name"] for d in docs}
+    assert not by_kind(docs, "Secret"), "tokens come from the existing Secret"
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SANDBOX_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "sandbox-redis-url", "key": "url"}
+    projected = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["projected"]["sources"]
+    assert {"name": "sandbox-tokens", "items": [{"key": "tokens.json", "path": "tokens.json"}]} in [
+        s.get("secret") for s in projected
+    ]
+
+
+def test_gvisor_example_puts_scheduling_into_the_backend_config() -> None:
+    backend = server_json(harness.render("chart:gvisor.yaml"))["backend"]
+    assert backend["runtime_class"] == "gvisor"
+    assert backend["node_selector"] == {"sandbox.platform.io/sandboxes": "true"}
+    assert backend["tolerations"][0]["key"] == "sandbox.platform.io/sandboxes"
+    assert backend["priority_class"] == "sandbox-workloads"
+    assert backend["images"]["desktop"] == "registry.example.internal:5000/sandbox/desktop:0.1.0"
+    docs = harness.render("chart:gvisor.yaml")
+    assert one(docs, "ResourceQuota")["metadata"]["namespace"] == "sandboxes"
+    # the Redis password: required by redis-server, put into the control plane's Redis URL by the kubelet
+    redis = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    assert redis["args"] == ["/etc/redis/redis.conf", "--requirepass", "$(REDIS_PASSWORD)"]
+    env = [e["name"] for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert env.index("REDIS_PASSWORD") < env.index("SANDBOX_REDIS_URL"), "$(VAR) only expands earlier variables"
+    url = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"][env.index("SANDBOX_REDIS_URL")]
+    assert url["value"] == "redis://:$(REDIS_PASSWORD)@sandbox-redis:6379/0"
+
+
+def test_ingress_and_monitoring_example() -> None:
+    docs = harness.render("chart:ingress-and-monitoring.yaml")
+    ingresses = {d["metadata"]["name"]: d for d in by_kind(docs, "Ingress")}
+    assert set(ingresses) == {"sandbox", "sandbox-grpc"}
+    assert (
+        ingresses["sandbox-grpc"]["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
+    )
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "http"
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    tokens = json.loads(base64.b64decode(one(docs, "Secret", "sandbox-tokens")["data"]["tokens.json"]))
+    assert tokens["ops-4e1b7c9d2a6f8305ba"] == {"tenant": "ops", "admin": True}
+
+
+def pod_specs(docs: tuple[dict[str, Any], ...]) -> list[tuple[str, dict[str, Any]]]:
+    specs = []
+    for d in docs:
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            specs.append((harness.kn(d), d["spec"]["template"]["spec"]))
+        elif d["kind"] == "Pod":
+            specs.append((harness.kn(d), d["spec"]))
+    return specs
+
+
+@pytest.mark.parametrize("render", harness.RENDERS)
+def test_pods_are_locked_down(render: str) -> None:
+    """Every pod of every render: non-root, seccomp RuntimeDefault, no privilege escalation, all capabilities dropped,
+    a read-only root file system, a memory limit, nothing from the host."""
+    specs = pod_specs(harness.render(render))
+    assert specs
+    for name, spec in specs:
+        pod_sc = spec.get("securityContext", {})
+        assert pod_sc.get("runAsNonRoot") is True, name
+        assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", name
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not spec.get(key), name
+        assert not any("hostPath" in v for v in spec.get("volumes", [])), name
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add"), name
+            assert sc["readOnlyRootFilesystem"] is True, name
+            assert sc.get("privileged") is not True, name
+            assert c["resources"]["limits"]["memory"], name
+
+
+@pytest.mark.parametrize("render", harness.RENDERS)
+def test_rbac_is_namespaced_and_least_privilege(render: str) -> None:
+    docs = harness.render(render)
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    roles = [d for d in docs if d["kind"] == "Role"]
+    assert len(roles) == 1
+    role = roles[0]
+    sandbox_ns = server_json(docs)["backend"]["namespace"]
+    assert role["metadata"]["namespace"] == sandbox_ns
+    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    allowed = {
+        ("", "pods"),
+        ("", "pods/log"),
+        ("", "secrets"),
+        ("", "persistentvolumeclaims"),
+        ("", "events"),
+        ("events.k8s.io", "events"),
+        ("networking.k8s.io", "networkpolicies"),
+        ("sandbox.platform.io", "sandboxes"),
+        ("sandbox.platform.io", "sandboxes/status"),
+        ("sandbox.platform.io", "sandboxpools"),
+        ("sandbox.platform.io", "sandboxpools/status"),
+        ("sandbox.platform.io", "sandboxpools/scale"),
+        ("snapshot.storage.k8s.io", "volumesnapshots"),
+    }
+    assert granted <= allowed, granted - allowed
+    assert ("sandbox.platform.io", "sandboxpools/scale") in granted
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+        if rule["resources"] == ["pods/log"]:
+            assert rule["verbs"] == ["get"]
+
+
+@pytest.mark.parametrize("render", harness.RENDERS)
+def test_sandbox_network_policies(render: str) -> None:
+    """Default deny in the sandbox namespace; ingress only from the control plane; the opt-in egress policy still
+    denies the private ranges and the metadata address."""
+    docs = harness.render(render)
+    sandbox_ns = server_json(docs)["backend"]["namespace"]
+    policies = {d["metadata"]["name"]: d["spec"] for d in by_kind(docs, "NetworkPolicy")}
+    deny = policies["sandbox-default-deny"]
+    assert deny["podSelector"] == {} and deny["policyTypes"] == ["Ingress", "Egress"] and deny["egress"] == []
+    (rule,) = deny["ingress"]
+    (peer,) = rule["from"]
+    assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "control-plane"
+    assert "ports" not in rule
+    egress = policies["sandbox-egress"]
+    assert egress["podSelector"] == {"matchLabels": {"sandbox.platform.io/network": "egress"}}
+    (v4,) = [b["ipBlock"] for b in egress["egress"][0]["to"] if b["ipBlock"]["cidr"] == "0.0.0.0/0"]
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"} <= set(v4["except"])
+    for d in by_kind(docs, "NetworkPolicy"):
+        if d["metadata"]["name"].startswith("sandbox-") and d["metadata"]["name"] != "sandbox-redis":
+            assert d["metadata"]["namespace"] == sandbox_ns
+
+
+def test_notes_tell_how_to_reach_the_api_and_the_web_view() -> None:
+    def notes(*values: Path) -> str:
+        cmd = [harness.HELM, "install", harness.RELEASE, harness.CHART, "-n", harness.RELEASE_NAMESPACE]
+        out = harness.run([*cmd, "--dry-run=client", *harness.helm_args(values)]).stdout
+        return out[out.index("NOTES:") :]
+
+    default = notes()
+    assert "kubectl -n sandbox-system port-forward svc/sandbox-http 8080:8080" in default
+    assert "port-forward svc/sandbox-grpc 50051:50051" in default
+    assert "/view" in default and "get secret sandbox-tokens" in default
+    ingress = notes(harness.CHART / "examples" / "ingress-and-monitoring.yaml")
+    assert "https://sandbox.example.com/view" in ingress
+    assert "grpc.sandbox.example.com" in ingress
+
+
+def test_package_holds_the_chart_and_not_the_kustomize_files(tmp_path: Path) -> None:
+    harness.run([harness.HELM, "package", harness.CHART, "-d", tmp_path])
+    (archive,) = tmp_path.glob("sandbox-*.tgz")
+    with tarfile.open(archive) as tar:
+        names = {n.removeprefix("sandbox/") for n in tar.getnames()}
+    assert {
+        "Chart.yaml",
+        "values.yaml",
+        "values.schema.json",
+        "templates/NOTES.txt",
+        "crds/sandboxes.sandbox.platform.io.yaml",
+        "crds/sandboxpools.sandbox.platform.io.yaml",
+        "dashboards/sandbox-dashboard.json",
+    } <= names
+    assert not {n for n in names if n.endswith("kustomization.yaml") or n.startswith("examples/")}
+
+
+def test_template_refuses_the_release_namespace_for_sandboxes() -> None:
+    cmd = [harness.HELM, "template", "sb", harness.CHART, "-n", "sandbox-system"]
+    proc = harness.run(
+        [*cmd, "--set", "sandboxes.namespace.name=sandbox-system"],
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "must differ from the release namespace" in proc.stderr
