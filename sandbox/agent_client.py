@@ -1,13 +1,16 @@
-"""Host-side client of one sandbox's agent, over the unix socket the backend provides.
+"""Host-side client of one sandbox's agent, over the unix socket the backend provides or over TCP.
 
 Connections are pooled: a request takes an idle connection or opens one, so many steps
 on one sandbox can run at once. A connection that saw any error is dropped, never reused.
+Over TCP each new connection first says hello with the sandbox's token (``AgentClient.tcp``);
+the token is never put in an exception or a log line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,22 +23,86 @@ from sandbox.errors import (
     Unavailable,
 )
 from sandbox.models import ExecResult, FileInfo, Health, Screenshot
-from sandbox.protocol import FrameError, encode_frame, read_frame
+from sandbox.protocol import HELLO_OP, FrameError, encode_frame, read_frame
 from sandbox.wire.limits import agent_deadline
 from sandbox.wire.status import from_agent
 
 CONNECT_TIMEOUT_S = 3.0
+HELLO_TIMEOUT_S = 5.0
 MAX_IDLE_CONNECTIONS = 16
+TCP_MAX_IDLE_S = 60.0
+"""An idle TCP connection older than this is dropped, not reused: a peer gone without a word (a pod moved away)
+would otherwise hold a request until its deadline."""
 
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
+class _UnixTransport:
+    max_idle_s: float | None = None
+
+    def __init__(self, path: str) -> None:
+        self.address = path
+
+    async def connect(self) -> _Conn:
+        return await asyncio.wait_for(asyncio.open_unix_connection(self.address, limit=1 << 20), CONNECT_TIMEOUT_S)
+
+
+class _TcpTransport:
+    max_idle_s: float | None = TCP_MAX_IDLE_S
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._host = host
+        self._port = port
+        self._token = token  # never in a message, a log line or a repr
+
+    def __repr__(self) -> str:
+        return f"_TcpTransport({self.address})"
+
+    async def connect(self) -> _Conn:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(self._host, self._port, limit=1 << 20), CONNECT_TIMEOUT_S
+        )
+        try:
+            _keepalive(writer)
+            writer.write(encode_frame({"op": HELLO_OP, "args": {"token": self._token}, "deadline": HELLO_TIMEOUT_S}))
+            await writer.drain()
+            header, _ = await asyncio.wait_for(read_frame(reader), HELLO_TIMEOUT_S)
+        except BaseException:
+            _close((reader, writer))
+            raise
+        if not header.get("ok"):
+            _close((reader, writer))
+            error = header.get("error") or {}
+            reason = str(error.get("message", "no reason given"))
+            raise from_agent(str(error.get("code")), f"the agent at {self.address} refused the hello: {reason}")
+        return reader, writer
+
+
+_Transport = _UnixTransport | _TcpTransport
+
+
 class AgentClient:
-    def __init__(self, socket_path: str, *, label: str = "") -> None:
+    def __init__(self, socket_path: str | None = None, *, label: str = "", transport: _Transport | None = None) -> None:
+        """A client of the agent on the unix socket ``socket_path`` (see :meth:`tcp` for TCP)."""
+        if (socket_path is None) == (transport is None):
+            raise InvalidArgument("give an AgentClient either a socket path or a transport")
         self.socket_path = socket_path
-        self._label = label or socket_path
-        self._idle: list[_Conn] = []
+        self._transport: _Transport = transport or _UnixTransport(str(socket_path))
+        self.address = self._transport.address
+        self._label = label or self.address
+        self._idle: list[tuple[_Conn, float]] = []
         self._closed = False
+
+    @classmethod
+    def tcp(cls, host: str, port: int, *, token: str, label: str = "") -> AgentClient:
+        """A client of the agent listening on ``host:port``; each connection says hello with ``token`` first."""
+        token = token.strip()
+        if not token:
+            raise InvalidArgument("a TCP agent client needs the sandbox's token")
+        if not 0 < port < 65536:
+            raise InvalidArgument(f"port {port} is out of range")
+        return cls(label=label, transport=_TcpTransport(host, port, token))
 
     async def request(
         self, op: str, args: dict[str, Any] | None = None, blob: bytes = b"", *, deadline: float = 60.0
@@ -68,28 +135,28 @@ class AgentClient:
     async def _acquire(self) -> _Conn:
         if self._closed:
             raise Unavailable(f"the client of {self._label} is closed")
+        max_idle = self._transport.max_idle_s
         while self._idle:
-            conn = self._idle.pop()
-            if not conn[1].is_closing() and not conn[0].at_eof():
+            conn, since = self._idle.pop()
+            fresh = max_idle is None or time.monotonic() - since < max_idle
+            if fresh and not conn[1].is_closing() and not conn[0].at_eof():
                 return conn
             _close(conn)
         try:
-            return await asyncio.wait_for(
-                asyncio.open_unix_connection(self.socket_path, limit=1 << 20), CONNECT_TIMEOUT_S
-            )
-        except (TimeoutError, OSError) as e:
-            raise Unavailable(f"the agent of {self._label} does not answer at {self.socket_path}: {e!r}") from e
+            return await self._transport.connect()
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, FrameError) as e:
+            raise Unavailable(f"the agent of {self._label} does not answer at {self.address}: {e!r}") from e
 
     def _release(self, conn: _Conn) -> None:
         if self._closed or len(self._idle) >= MAX_IDLE_CONNECTIONS:
             _close(conn)
         else:
-            self._idle.append(conn)
+            self._idle.append((conn, time.monotonic()))
 
     async def close(self) -> None:
         self._closed = True
         while self._idle:
-            _close(self._idle.pop())
+            _close(self._idle.pop()[0])
 
     # ------------------------------------------------------------------ typed ops
 
@@ -219,6 +286,18 @@ class AgentClient:
             error = header.get("error") or {}
             raise from_agent(str(error.get("code")), str(error.get("message")))
         return conn
+
+
+def _keepalive(writer: asyncio.StreamWriter) -> None:
+    """TCP keepalive every few seconds: a dead peer then fails a pooled connection instead of hanging it."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (("TCP_KEEPIDLE", 15), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def _close(conn: _Conn) -> None:

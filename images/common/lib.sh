@@ -39,7 +39,12 @@ begin() { # begin: the first call of every entrypoint
     say "kind=$SANDBOX_KIND display=$DISPLAY screen=$SCREEN"
 }
 
-start_agent() {
+start_agent() { # TCP, if any, comes from the environment: SANDBOX_AGENT_LISTEN (HOST:PORT), SANDBOX_AGENT_TOKEN_FILE
+    if [[ -n ${SANDBOX_AGENT_LISTEN:-} ]]; then
+        # Exported so the agent sees them whether they came from the container's env or a wrapper script.
+        export SANDBOX_AGENT_LISTEN SANDBOX_AGENT_TOKEN_FILE="${SANDBOX_AGENT_TOKEN_FILE:-}"
+        say "agent also listens on tcp $SANDBOX_AGENT_LISTEN (token file ${SANDBOX_AGENT_TOKEN_FILE:-none})"
+    fi
     start agent python3 -m sandbox.agent --kind "$SANDBOX_KIND" --socket "$AGENT_SOCKET" --display "$DISPLAY"
 }
 

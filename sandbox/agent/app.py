@@ -25,11 +25,17 @@ CDP_PORT = 9222
 class AgentConfig:
     kind: str
     socket_path: str
+    """The unix socket to serve ("": none)."""
     roots: tuple[str, ...]
     workspace: str
     display: str
     cdp_port: int = CDP_PORT
     max_request_bytes: int = 256 * 1024 * 1024
+    listen: tuple[str, int] | None = None
+    """(host, port) to serve over TCP, every connection authenticated with the token file; None: no TCP."""
+    token_file: str | None = None
+    hello_timeout: float = 5.0
+    """Seconds a TCP peer has to send its hello before the agent hangs up."""
 
 
 def _unsupported(kind: str, what: str) -> AgentError:

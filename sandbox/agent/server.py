@@ -1,4 +1,8 @@
-"""The agent's unix-socket server: reads frames, enforces limits and deadlines, dispatches ops."""
+"""The agent's server: reads frames, enforces limits and deadlines, dispatches ops.
+
+It serves a unix socket (no handshake: the socket's directory guards it) and, when given a token file, TCP
+(every connection first passes :func:`sandbox.agent.auth.handshake`). Both may be served at once.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sandbox.agent.auth import DEFAULT_HELLO_TIMEOUT, TokenFile, format_address, handshake
 from sandbox.agent.errors import AgentError, bad_request, require
 from sandbox.protocol import ErrorCode, FrameError, encode_frame, read_frame
 
@@ -33,17 +39,66 @@ class AgentServer:
         self._tunnel_ports = tunnel_ports
         self._max_request_bytes = max_request_bytes
         self._log = logger
-        self._server: asyncio.AbstractServer | None = None
 
-    async def serve(self, socket_path: str) -> None:
+    async def serve(
+        self,
+        socket_path: str | None = None,
+        *,
+        listen: tuple[str, int] | None = None,
+        tokens: TokenFile | None = None,
+        hello_timeout: float = DEFAULT_HELLO_TIMEOUT,
+    ) -> None:
+        """Serve the unix socket ``socket_path`` and/or TCP on ``listen`` (which needs ``tokens``) until cancelled."""
+        if listen is not None and tokens is None:
+            raise ValueError("TCP needs a token file: the agent never serves an unauthenticated TCP listener")
+        if socket_path is None and listen is None:
+            raise ValueError("nothing to serve: give a unix socket path, a TCP address, or both")
+        servers: list[asyncio.AbstractServer] = []
+        try:
+            if socket_path is not None:
+                servers.append(await self._start_unix(socket_path))
+            if listen is not None and tokens is not None:
+                host, port = listen
+                tcp = await asyncio.start_server(
+                    lambda r, w: self._handle_tcp(r, w, tokens, hello_timeout), host, port, limit=1 << 20
+                )
+                servers.append(tcp)
+                bound = ", ".join(format_address(s.getsockname()) for s in tcp.sockets)
+                self._log.info("agent listening on tcp %s (token from %s)", bound, tokens.path)
+            await asyncio.gather(*(s.serve_forever() for s in servers))
+        finally:
+            for server in servers:
+                server.close()
+
+    async def _start_unix(self, socket_path: str) -> asyncio.AbstractServer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(socket_path)
-        self._server = await asyncio.start_unix_server(self._handle_connection, path=socket_path, limit=1 << 20)
+        server = await asyncio.start_unix_server(self._handle_connection, path=socket_path, limit=1 << 20)
         # The control plane may run as another user than the sandbox user.
         os.chmod(socket_path, 0o666)
         self._log.info("agent listening on %s", socket_path)
-        async with self._server:
-            await self._server.serve_forever()
+        return server
+
+    async def _handle_tcp(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tokens: TokenFile, hello_timeout: float
+    ) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:  # a peer gone without a word (its node died) must not hold the connection forever
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        try:
+            accepted = await handshake(reader, writer, tokens, timeout=hello_timeout, logger=self._log)
+        except ConnectionError:
+            accepted = False
+        except Exception:
+            self._log.exception("the handshake failed")
+            accepted = False
+        if accepted:
+            await self._handle_connection(reader, writer)
+            return
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
 
     async def _handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
