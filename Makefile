@@ -4,16 +4,31 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+DEMO_ARGS ?=
+RUN_HTTP := http://127.0.0.1:8080
 
-.PHONY: setup images run test bench lint typecheck unit clean-test
+.PHONY: setup images run test bench lint typecheck unit clean-test push
 
 setup:  ## install Debian packages, start dockerd, make the venv, build the images (idempotent)
 	bash scripts/setup.sh
 
 images: setup
 
-run: setup  ## set up whatever is missing, then start the control plane
-	$(VENV)/bin/sandbox server
+run: setup  ## set up, start the control plane, run the demo against it (watch it in the web view), serve until Ctrl-C
+	@set -uo pipefail; \
+	log=$${TMPDIR:-/tmp}/sandbox-server.log; \
+	$(VENV)/bin/sandbox server --log-format text >"$$log" 2>&1 & pid=$$!; \
+	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid 2>/dev/null; echo "==> control plane stopped"' EXIT; \
+	trap 'exit 130' INT TERM; \
+	up() { $(PY) -c 'import sys, httpx; sys.exit(httpx.get(sys.argv[1], timeout=1).status_code != 200)' \
+	    "$(RUN_HTTP)/healthz" 2>/dev/null; }; \
+	for i in $$(seq 120); do up && break; kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; \
+	up || { tail -n 30 "$$log" >&2; echo "make run: the control plane did not come up (log: $$log)" >&2; exit 1; }; \
+	echo "==> control plane up (pid $$pid, gRPC 127.0.0.1:50051, log $$log)"; \
+	echo "==> web view: $(RUN_HTTP)/view   (open it to watch the rollouts)"; \
+	$(VENV)/bin/sandbox demo $(DEMO_ARGS) || echo "==> demo: some episodes failed (see above)"; \
+	echo "==> serving: web view $(RUN_HTTP)/view, REST $(RUN_HTTP)/docs, gRPC 127.0.0.1:50051; Ctrl-C stops it"; \
+	wait $$pid
 
 lint:
 	$(VENV)/bin/ruff check --output-format concise sandbox tests $(wildcard bench)
@@ -27,6 +42,11 @@ typecheck:
 test: setup  ## set up whatever is missing, then lint, type-check and run every test against the real engine
 	$(MAKE) --no-print-directory lint typecheck
 	bash scripts/test.sh $(PYTEST_ARGS)
+
+push:  ## set up, then build (cached) and push every image, the control plane's too: make push REGISTRY=host:port
+	@test -n "$(REGISTRY)" || { echo "make push: set REGISTRY=host:port (e.g. 127.0.0.1:5000); KINDS=... to push some" >&2; exit 2; }
+	@$(MAKE) --no-print-directory setup
+	$(VENV)/bin/sandbox images push $(REGISTRY) $(KINDS)
 
 bench: setup  ## set up whatever is missing, then benchmark against the docker CLI (BENCH_ARGS=--quick: a smoke run)
 	$(PY) -m bench $(BENCH_ARGS)

@@ -57,7 +57,8 @@ def _socket_root(run_id: str) -> str:
 
 def _instances(socket_root: str) -> list[str]:
     try:
-        return sorted(e.name for e in os.scandir(socket_root) if e.is_dir())
+        # One directory per instance; dot-folders (the claims) are the platform's own bookkeeping.
+        return sorted(e.name for e in os.scandir(socket_root) if e.is_dir() and not e.name.startswith("."))
     except FileNotFoundError:
         return []
 

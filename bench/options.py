@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-SECTION_NAMES = ("create", "step", "observe", "reset", "throughput", "density")
+SECTION_NAMES = ("create", "step", "observe", "reset", "throughput", "density", "games", "tasks", "k8s-scale")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -46,6 +46,24 @@ class Options:
     min_free_gib: float = 2.0
     """The ramp never leaves less MemAvailable than this."""
 
+    games_pages: int = 16
+    """Game sessions (pages) held and played at once in one browser sandbox."""
+
+    tasks_samples: int = 15
+    """Warm resets to a task (its snapshot swapped in), per kind."""
+    tasks_setup_samples: int = 5
+    """First resets to a task (its setup run and snapshotted), per kind."""
+    tasks_demo_passes: int = 2
+    """Timed passes of the demo over the sample tasks (after one untimed pass)."""
+
+    k8s_pods: int = 5000
+    """k8s-scale: pods the simulated cluster holds (``k8s_claims`` warm, the rest serving sandboxes)."""
+    k8s_nodes: int = 50
+    k8s_claims: int = 1000
+    """The burst of creates served from the warm pool, all at once."""
+    k8s_samples: int = 5
+    """Passes timed of each kind (list, reconcile, health, operator)."""
+
     quiet_wait_s: float = 0.0
     """Before each section, wait up to this long for other workloads' containers to leave the engine."""
     keep_logs: bool = False
@@ -71,6 +89,14 @@ QUICK: dict[str, Any] = {
     "density_step_desktop": 2,
     "density_samples": 50,
     "density_minutes": 2.0,
+    "games_pages": 4,
+    "tasks_samples": 4,
+    "tasks_setup_samples": 2,
+    "tasks_demo_passes": 1,
+    "k8s_pods": 500,
+    "k8s_nodes": 5,
+    "k8s_claims": 100,
+    "k8s_samples": 3,
 }
 
 

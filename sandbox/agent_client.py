@@ -258,17 +258,60 @@ class AgentClient:
     async def mkdir(self, path: str) -> None:
         await self.request("file_mkdir", {"path": path}, deadline=10)
 
-    async def navigate(self, url: str, *, timeout: float = 30.0) -> dict[str, Any]:
-        result, _ = await self.request("browser_navigate", {"url": url, "timeout": timeout}, deadline=timeout + 5)
+    async def navigate(self, url: str, *, timeout: float = 30.0, page: str | None = None) -> dict[str, Any]:
+        args = _on_page({"url": url, "timeout": timeout}, page)
+        result, _ = await self.request("browser_navigate", args, deadline=timeout + 5)
         return result
 
-    async def evaluate(self, expression: str, *, deadline: float = 30.0) -> Any:
-        result, _ = await self.request("browser_evaluate", {"expression": expression}, deadline=deadline)
+    async def evaluate(self, expression: str, *, deadline: float = 30.0, page: str | None = None) -> Any:
+        args = _on_page({"expression": expression}, page)
+        result, _ = await self.request("browser_evaluate", args, deadline=deadline)
         return result.get("value")
 
-    async def browser_info(self) -> dict[str, Any]:
-        result, _ = await self.request("browser_info", deadline=10)
+    async def browser_info(self, *, page: str | None = None) -> dict[str, Any]:
+        result, _ = await self.request("browser_info", _on_page({}, page), deadline=10)
         return result
+
+    # Several pages in a browser sandbox, each with its own clock (sandbox/agent/pages.py); `page` is a page id
+    # from page_open or page_list, None the active page.
+
+    async def page_screenshot(self, *, page: str | None = None, format: str = "png", quality: int = 80) -> Screenshot:
+        args = _on_page({"format": format, "quality": quality}, page)
+        result, data = await self.request("browser_screenshot", args, deadline=15)
+        return Screenshot(data=data, width=result["width"], height=result["height"], format=result["format"])
+
+    async def page_open(
+        self, url: str, *, clock: str = "running", factor: float = 1.0, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """Open ``url`` in a window of its own: ``{"page": id, "url", "title", "clock": state or None}``."""
+        args = {"url": url, "clock": clock, "factor": factor, "timeout": timeout}
+        result, _ = await self.request("page_open", args, deadline=timeout + 10)
+        return result
+
+    async def page_close(self, page: str) -> dict[str, Any]:
+        result, _ = await self.request("page_close", {"page": page}, deadline=10)
+        return result
+
+    async def page_list(self) -> list[dict[str, Any]]:
+        result, _ = await self.request("page_list", deadline=10)
+        return list(result["pages"])
+
+    async def clock(
+        self, op: str, *, page: str | None = None, ms: float | None = None, factor: float | None = None
+    ) -> dict[str, Any]:
+        """``op``: pause, resume, step (``ms``), speed (``factor``) or state; the clock's state afterwards."""
+        args = _on_page({"op": op, "ms": ms, "factor": factor}, page)
+        result, _ = await self.request("page_clock", args, deadline=120)
+        return dict(result["clock"])
+
+    async def page_key(self, key: str, *, page: str | None = None) -> None:
+        await self.request("page_key", _on_page({"key": key}, page), deadline=10)
+
+    async def page_click(
+        self, x: float, y: float, *, page: str | None = None, button: str = "left", count: int = 1
+    ) -> None:
+        args = _on_page({"x": x, "y": y, "button": button, "count": count}, page)
+        await self.request("page_click", args, deadline=10)
 
     async def open_tunnel(self, port: int) -> _Conn:
         """A raw byte stream to ``port`` inside the sandbox (VNC, DevTools). The caller closes it."""
@@ -286,6 +329,10 @@ class AgentClient:
             error = header.get("error") or {}
             raise from_agent(str(error.get("code")), str(error.get("message")))
         return conn
+
+
+def _on_page(args: dict[str, Any], page: str | None) -> dict[str, Any]:
+    return {**args, "page": page} if page is not None else args
 
 
 def _keepalive(writer: asyncio.StreamWriter) -> None:

@@ -21,3 +21,14 @@ async def settled(call: Awaitable[T]) -> T:
     except asyncio.CancelledError:
         await asyncio.wait({task})
         raise
+
+
+def raise_if_cancelled() -> None:
+    """Raise ``CancelledError`` if the current task was asked to stop, even though every await it made returned.
+
+    A cancellation can be lost on the way (``asyncio.wait_for`` in Python 3.11 drops one that arrives as its
+    inner await completes; so can libraries). Work that must not be handed to a caller that stopped waiting
+    (a started instance) checks this before returning it, so its clean-up path runs instead."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -14,6 +14,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sandbox.cli_demo import demo_app
+from sandbox.cli_tasks import task_app
+from sandbox.cli_trajectories import trajectory_app
 from sandbox.errors import SandboxError
 from sandbox.observability.logs import LogFormat
 
@@ -21,8 +24,11 @@ if TYPE_CHECKING:
     from sandbox.client import Client
 
 app = typer.Typer(help="Sandboxes for GUI-agent RL rollouts.", no_args_is_help=True, add_completion=False)
-images_app = typer.Typer(help="Build the sandbox images (from Debian packages; no registry needed).")
+images_app = typer.Typer(help="Build the platform's images from Debian packages (no registry needed) and push them.")
 app.add_typer(images_app, name="images")
+app.add_typer(task_app, name="task")
+app.add_typer(trajectory_app, name="trajectory")
+app.add_typer(demo_app, name="demo")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -45,15 +51,18 @@ def _fail(e: SandboxError) -> None:
 @app.command()
 def server(
     host: Annotated[str | None, typer.Option(help="Bind address (loopback unless tokens are set).")] = None,
-    grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 50051,
-    http_port: Annotated[int, typer.Option(help="HTTP (REST, docs) port.")] = 8080,
+    grpc_port: Annotated[int | None, typer.Option(help="gRPC port [default: 50051].")] = None,
+    http_port: Annotated[int | None, typer.Option(help="HTTP (REST, docs) port [default: 8080].")] = None,
     tokens_file: Annotated[
         str | None, typer.Option(envvar="SANDBOX_TOKENS_FILE", help="JSON {token: tenant | {tenant, admin}}.")
     ] = None,
-    owner: Annotated[str, typer.Option(help="Label value marking this control plane's containers.")] = "default",
+    owner: Annotated[
+        str | None, typer.Option(help="Label value marking this control plane's instances [default: default].")
+    ] = None,
     socket_root: Annotated[
-        str, typer.Option(help="Host directory for the sandboxes' agent sockets.")
-    ] = "/run/sandbox-platform",
+        str | None,
+        typer.Option(help="Docker backend: host directory for the agents' sockets [default: /run/sandbox-platform]."),
+    ] = None,
     state: Annotated[str | None, typer.Option(help="State file of the embedded store.")] = None,
     redis_url: Annotated[
         str | None, typer.Option(envvar="SANDBOX_REDIS_URL", help="Share state with other replicas in Redis.")
@@ -71,12 +80,18 @@ def server(
     ] = LogFormat.AUTO,
     log_level: Annotated[str, typer.Option(envvar="SANDBOX_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
 ) -> None:
-    """Run the control plane: Docker backend, state store, gRPC and HTTP in one process. Prometheus metrics are at
-    http://<host>:<http-port>/metrics."""
+    """Run the control plane: a backend (Docker unless the config file names another), the state store, gRPC and
+    HTTP in one process. Prometheus metrics are at http://<host>:<http-port>/metrics."""
     from pydantic import ValidationError
 
     from sandbox.observability.logs import configure_logging
-    from sandbox.server import ServerSettings, serve
+
+    try:
+        from sandbox.server import ServerSettings, serve
+    except ModuleNotFoundError as e:  # a client-only install
+        what = f"the control plane needs {e.name}: pip install 'sandbox\\[server]'"
+        err_console.print(f"[red]error[/red]: {what}", soft_wrap=True)
+        raise typer.Exit(2) from None
 
     level = log_level.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -85,10 +100,12 @@ def server(
     configure_logging(log_format, level=level)
     try:
         raw: dict[str, Any] = json.loads(config.read_text()) if config else {}
-        raw.update(host=host, grpc_port=grpc_port, http_port=http_port, tokens_file=tokens_file)
-        raw["backend"] = {**raw.get("backend", {}), "type": "docker", "owner": owner, "socket_root": socket_root}
+        flags = {"host": host, "grpc_port": grpc_port, "http_port": http_port, "tokens_file": tokens_file}
+        raw.update({name: value for name, value in flags.items() if value is not None})
+        raw["backend"] = _backend_settings(raw.get("backend"), owner=owner, socket_root=socket_root)
         if redis_url:
-            raw["store"] = {"type": "redis", "url": redis_url, "namespace": f"sandbox-{owner}"}
+            namespace = f"sandbox-{raw['backend'].get('owner', 'default')}"
+            raw["store"] = {"type": "redis", "url": redis_url, "namespace": namespace}
         elif state:
             raw["store"] = {"type": "embedded", "path": state}
         settings = ServerSettings.model_validate(raw)
@@ -101,7 +118,26 @@ def server(
         _fail(e)
 
 
-KindsArg = Annotated[list[str] | None, typer.Argument(help="terminal, desktop, browser (default: all).")]
+def _backend_settings(config: Any, *, owner: str | None, socket_root: str | None) -> dict[str, Any]:
+    """The config file's backend (Docker when it names none), with the flags given on the command line on top."""
+    backend: dict[str, Any] = dict(config) if isinstance(config, dict) else {"type": "docker"}
+    backend.setdefault("type", "docker")
+    if owner is not None:
+        backend["owner"] = owner
+    if socket_root is not None:
+        if backend["type"] != "docker":
+            raise ValueError(f"--socket-root applies to the docker backend, not {backend['type']!r}")
+        backend["socket_root"] = socket_root
+    return backend
+
+
+KindsArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="terminal, desktop, browser, controlplane (default: the sandbox kinds, not controlplane)."),
+]
+PushKindsArg = Annotated[
+    list[str] | None, typer.Argument(help="terminal, desktop, browser, controlplane (default: all of them).")
+]
 RecipesDirOpt = Annotated[
     Path | None, typer.Option(help="Directory of the image recipes (default: the checkout's images/).")
 ]
@@ -124,8 +160,8 @@ def images_build(
     force: Annotated[bool, typer.Option(help="Rebuild even when the recipe is unchanged.")] = False,
     recipes_dir: RecipesDirOpt = None,
 ) -> None:
-    """Build sandbox images; unchanged recipes are skipped in seconds."""
-    from sandbox.backends.docker.images import build_images, image_tag
+    """Build images (controlplane only when named); unchanged recipes are skipped in seconds."""
+    from sandbox.backends.docker.images import build_images
 
     started = time.monotonic()
     try:
@@ -133,7 +169,7 @@ def images_build(
     except SandboxError as e:
         _fail(e)
     for kind, tag in built.items():
-        console.print(f"{kind}: [green]{tag}[/green] (also {image_tag(kind)})")
+        console.print(f"{kind}: [green]{tag}[/green] (also {tag.rsplit(':', 1)[0]}:latest)")
     console.print(f"images ready in {time.monotonic() - started:.1f}s")
 
 
@@ -166,6 +202,38 @@ def images_prune(kinds: KindsArg = None, recipes_dir: RecipesDirOpt = None) -> N
     except SandboxError as e:
         _fail(e)
     console.print(f"removed {len(removed)} image reference{'' if len(removed) == 1 else 's'}")
+
+
+@images_app.command("push")
+def images_push(
+    registry: Annotated[str, typer.Argument(help="host[:port][/path] of the registry, e.g. 127.0.0.1:5000.")],
+    kinds: PushKindsArg = None,
+    build: Annotated[
+        bool, typer.Option(help="Build what is missing or out of date first (--no-build: fail on it instead).")
+    ] = True,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Push under this tag too, e.g. the chart's appVersion.")
+    ] = None,
+    recipes_dir: RecipesDirOpt = None,
+) -> None:
+    """Tag images as REGISTRY/sandbox/<kind>:<hash> and :latest and push them; exit 1 on the first failure."""
+    from sandbox.backends.docker.images import IMAGE_KINDS, push_images
+
+    started = time.monotonic()
+    try:
+        pushed = push_images(
+            registry,
+            kinds or list(IMAGE_KINDS),
+            build=build,
+            extra_tags=tag or [],
+            recipes_dir=recipes_dir,
+            progress=_progress,
+        )
+    except SandboxError as e:
+        _fail(e)
+    for ref, digest in pushed.items():
+        console.print(f"[green]{ref}[/green] {digest}", highlight=False, soft_wrap=True)
+    console.print(f"pushed {len(pushed)} references in {time.monotonic() - started:.1f}s")
 
 
 @app.command()

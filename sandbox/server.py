@@ -8,17 +8,25 @@ import ipaddress
 import logging
 import signal
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox.backends.base import Backend
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.factory import BackendConfig, make_backend
+from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.errors import InvalidArgument
+from sandbox.operator.settings import OperatorSettings
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.service.pools import PoolConfig
+from sandbox.service.task_config import TaskSettings
 from sandbox.store import EmbeddedStoreConfig, StoreConfig, open_store
+from sandbox.trajectories import TrajectorySettings
+
+if TYPE_CHECKING:
+    from sandbox.operator.operator import Operator
 
 LOOPBACK = "127.0.0.1"
 
@@ -34,6 +42,11 @@ class ServerSettings(BaseModel):
     store: StoreConfig = Field(default_factory=EmbeddedStoreConfig)
     pools: list[PoolConfig] = Field(default_factory=list, description="Warm pools kept by the leader replica.")
     lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
+    operator: OperatorSettings = Field(
+        default_factory=OperatorSettings, description="Kubernetes only: Sandbox and SandboxPool objects."
+    )
+    tasks: TaskSettings = Field(default_factory=TaskSettings, description="Fixtures of task downloads, warm replicas.")
+    trajectories: TrajectorySettings = Field(default_factory=TrajectorySettings, description="Where episodes go.")
 
 
 def _is_loopback(host: str) -> bool:
@@ -55,6 +68,20 @@ def bind_address(settings: ServerSettings, tokens: TokenRegistry, logger: loggin
         )
     logger.warning("no tokens configured: listening on loopback only (%s), every caller is the admin", host)
     return host
+
+
+def _make_operator(
+    settings: ServerSettings, service: SandboxService, lifecycle: Lifecycle, backend: Backend, logger: logging.Logger
+) -> Operator | None:
+    """With the kubernetes backend: the operator's loop (Sandbox and SandboxPool objects), else None. Imported here
+    only: a Docker control plane never imports the Kubernetes client."""
+    if not (settings.operator.enabled and isinstance(settings.backend, KubernetesConfig)):
+        return None
+    from sandbox.backends.kubernetes.backend import KubernetesBackend
+    from sandbox.operator.operator import Operator
+
+    assert isinstance(backend, KubernetesBackend)
+    return Operator(service, lifecycle, backend, settings=settings.operator, pools=list(settings.pools), logger=logger)
 
 
 def _embedded_uvicorn(uvicorn: Any, config: Any) -> Any:
@@ -79,7 +106,9 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
     host = bind_address(settings, tokens, logger)
     store = await open_store(settings.store, logger=logger)
     backend = make_backend(settings.backend)
-    service = SandboxService(backend, store, logger=logger)
+    state_path = settings.store.path if isinstance(settings.store, EmbeddedStoreConfig) else None
+    trajectories = settings.trajectories.open(state_path)
+    service = SandboxService(backend, store, logger=logger, tasks=settings.tasks, trajectories=trajectories)
     await service.start()
     for pool in settings.pools:
         service.pools.add(
@@ -87,6 +116,8 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
         )
     lifecycle = Lifecycle(service, settings.lifecycle, logger=logger)
     lifecycle_task = asyncio.create_task(lifecycle.run())
+    operator = _make_operator(settings, service, lifecycle, backend, logger)
+    operator_task = asyncio.create_task(operator.run()) if operator is not None else None
     grpc_server = await start_grpc_server(service, tokens, host=host, port=settings.grpc_port, logger=logger)
     tickets = TicketIssuer(await shared_ticket_secret(store))
     app = create_app(service, tokens, logger=logger, tickets=tickets)
@@ -106,6 +137,8 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
         await asyncio.sleep(0.02)
     if http_task.done():
         lifecycle_task.cancel()
+        if operator_task is not None:
+            operator_task.cancel()
         await grpc_server.stop(None)
         await service.close()
         await store.close()
@@ -121,6 +154,11 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
         await grpc_server.stop(grace=5)
         with contextlib.suppress(asyncio.CancelledError):
             await http_task
+        if operator is not None and operator_task is not None:
+            operator_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await operator_task
+            await operator.close()
         lifecycle_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await lifecycle_task

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench.harness import Bench, SectionResult
-from bench.sections import create, density, observe, reset, step, throughput
+from bench.sections import create, density, games, k8s_scale, observe, reset, step, tasks, throughput
 
 Section = Callable[[Bench], Awaitable[SectionResult]]
 
@@ -16,4 +16,7 @@ SECTIONS: dict[str, Section] = {
     "reset": reset.run,
     "throughput": throughput.run,
     "density": density.run,
+    "games": games.run,
+    "tasks": tasks.run,
+    "k8s-scale": k8s_scale.run,
 }

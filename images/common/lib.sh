@@ -87,7 +87,9 @@ start_wm() { # openbox; programs started before it manages the screen can map un
     local i
     start openbox openbox --sm-disable
     for ((i = 0; i < 100; i++)); do
-        if xprop -root _NET_SUPPORTING_WM_CHECK 2>/dev/null | grep -q "window id"; then
+        # The check window appears a moment before openbox manages new windows; _NET_WORKAREA comes after.
+        if xprop -root _NET_SUPPORTING_WM_CHECK 2>/dev/null | grep -q "window id" &&
+            xprop -root _NET_WORKAREA 2>/dev/null | grep -q "="; then
             say "window manager ready"
             return 0
         fi

@@ -53,14 +53,17 @@ class AgentApp:
         self.files = Files(roots=config.roots, default_dir=config.workspace)
         self.display: Any = None
         self.browser: Any = None
+        self.pages: Any = None
         if config.kind in GUI_KINDS:
             from sandbox.agent.display.service import Display
 
             self.display = Display(config.display, logger=logger)
         if config.kind == "browser":
             from sandbox.agent.browser import Browser
+            from sandbox.agent.pages import Pages
 
             self.browser = Browser(cdp_port=config.cdp_port, downloads_dir=config.workspace, logger=logger)
+            self.pages = Pages(self.browser, logger=logger)
 
     def ops(self) -> dict[str, Handler]:
         return {
@@ -81,6 +84,12 @@ class AgentApp:
             "browser_evaluate": self._browser_op("evaluate"),
             "browser_info": self._browser_op("info"),
             "browser_screenshot": self.browser_screenshot,
+            "page_open": self._pages_op("open"),
+            "page_close": self._pages_op("close"),
+            "page_list": self._pages_op("list_pages"),
+            "page_clock": self._pages_op("clock"),
+            "page_key": self._pages_op("key"),
+            "page_click": self._pages_op("click"),
         }
 
     def tunnel_ports(self) -> frozenset[int]:
@@ -133,6 +142,17 @@ class AgentApp:
             if self.browser is None:
                 raise _unsupported(self.config.kind, "browser")
             result: dict[str, Any] = await getattr(self.browser, name)(args)
+            return result, b""
+
+        return handler
+
+    def _pages_op(self, name: str) -> Handler:
+        """Several pages in a browser sandbox, each with its own clock (``pages.py``)."""
+
+        async def handler(args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
+            if self.pages is None:
+                raise _unsupported(self.config.kind, "browser")
+            result: dict[str, Any] = await getattr(self.pages, name)(args)
             return result, b""
 
         return handler

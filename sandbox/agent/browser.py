@@ -1,8 +1,9 @@
 """Drive the sandbox's Chromium through the DevTools protocol (CDP) on 127.0.0.1.
 
-Two websockets stay open: one to the browser target, which owns the download settings (Chromium resets
-them when that session goes away), and one to the active page. ``websockets`` and PIL are imported lazily
-so this module imports without them.
+Websockets stay open to the browser target, which owns the download settings (Chromium resets them when that
+session goes away), and to each page the agent acted in. Every op takes an optional ``page`` (a target id, see
+``pages.py``); without it, the active page (the most recently focused tab). ``websockets`` and PIL are imported
+lazily so this module imports without them.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class Browser:
         self._downloads_dir = downloads_dir
         self._log = logger
         self._browser: _Session | None = None
-        self._page: _Session | None = None
+        self._sessions: dict[str, _Session] = {}
+        """Per page target id; a target gone from /json/list loses its session."""
         self._downloads_per_page = False  # Browser.setDownloadBehavior was refused; set it on each page instead
         self._lock = asyncio.Lock()
 
@@ -61,7 +63,7 @@ class Browser:
         wait = cast(str, require(args, "wait", str, "load"))
         if wait not in (*_WAIT_EVENTS, "none"):
             raise bad_request(f"argument 'wait' must be one of load, domcontentloaded, none; got {wait!r}")
-        page = await self._connect()
+        page = await self._connect(page_arg(args))
         with page.events("Page.frameNavigated", _WAIT_EVENTS.get(wait, "")) as events:
             try:
                 async with asyncio.timeout(timeout):
@@ -87,10 +89,11 @@ class Browser:
     async def evaluate(self, args: dict[str, Any]) -> dict[str, Any]:
         expression = cast(str, require(args, "expression", str))
         await_promise = cast(bool, require(args, "await_promise", bool, True))
-        return {"value": await self._evaluate(await self._connect(), expression, await_promise=await_promise)}
+        page = await self._connect(page_arg(args))
+        return {"value": await self._evaluate(page, expression, await_promise=await_promise)}
 
     async def info(self, args: dict[str, Any]) -> dict[str, Any]:
-        return await self._state(await self._connect())
+        return await self._state(await self._connect(page_arg(args)))
 
     async def page_screenshot(self, args: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         from PIL import Image
@@ -106,7 +109,7 @@ class Browser:
             if not 1 <= quality <= 100:
                 raise bad_request(f"argument 'quality' must be between 1 and 100, got {quality}")
             params["quality"] = quality
-        page = await self._connect()
+        page = await self._connect(page_arg(args))
         data = base64.b64decode((await page.call("Page.captureScreenshot", params))["data"])
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
@@ -124,27 +127,53 @@ class Browser:
         return {"ok": True, "detail": f"{where}; {len(pages)} page(s), active: {pages[0].get('url')}"}
 
     async def close(self) -> None:
-        for session in (self._page, self._browser):
+        for session in (*self._sessions.values(), self._browser):
             if session is not None:
                 await session.close()
-        self._page = self._browser = None
+        self._sessions.clear()
+        self._browser = None
 
-    async def _connect(self) -> _Session:
-        """The session of the active page (the most recently focused tab), (re)connecting as needed."""
+    async def browser_session(self) -> _Session:
+        """The session of the browser target (Target.* commands), (re)connecting as needed."""
+        async with self._lock:
+            if self._browser is None or self._browser.closed:
+                self._browser = await self._open_browser_session()
+            return self._browser
+
+    async def session(self, page_id: str | None) -> _Session:
+        """The session of page ``page_id`` (the active page when None): for ``pages.py``."""
+        return await self._connect(page_id)
+
+    async def run_js(self, page: _Session, expression: str) -> Any:
+        """The JSON value of ``expression`` in ``page`` (a promise is awaited); a JavaScript error is a bad request."""
+        return await self._evaluate(page, expression, await_promise=True)
+
+    async def page_targets(self) -> list[dict[str, Any]]:
+        """The page targets, most recently active first."""
+        return _pages(await self._http_json("/json/list"))
+
+    async def _connect(self, page_id: str | None = None) -> _Session:
+        """The session of page ``page_id``, or of the active page (the most recently focused tab) when None,
+        (re)connecting as needed."""
         async with self._lock:
             if self._browser is None or self._browser.closed:
                 self._browser = await self._open_browser_session()
             pages = _pages(await self._http_json("/json/list"))
-            if pages:
+            known = {str(p["id"]) for p in pages}
+            for gone in [t for t, s in self._sessions.items() if t not in known or s.closed]:
+                await self._sessions.pop(gone).close()
+            if page_id is not None:
+                if page_id not in known:
+                    raise AgentError(ErrorCode.NOT_FOUND, f"no page {page_id!r} is open (page_list lists them)")
+                target_id = page_id
+            elif pages:
                 target_id = str(pages[0]["id"])
             else:
                 target_id = (await self._browser.call("Target.createTarget", {"url": "about:blank"}))["targetId"]
                 self._log.info("no page target in Chromium: opened %s", target_id)
-            if self._page is not None and not self._page.closed and self._page.target_id == target_id:
-                return self._page
-            if self._page is not None:
-                await self._page.close()
-            self._page = None
+            found = self._sessions.get(target_id)
+            if found is not None:
+                return found
             page = await _Session.open(f"ws://127.0.0.1:{self._port}/devtools/page/{target_id}", target_id)
             try:
                 await page.call("Page.enable")
@@ -153,7 +182,7 @@ class Browser:
             except BaseException:
                 await page.close()
                 raise
-            self._page = page
+            self._sessions[target_id] = page
             return page
 
     async def _open_browser_session(self) -> _Session:
@@ -333,6 +362,13 @@ async def _wait_for_load(events: asyncio.Queue[Event], loader_id: str) -> None:
                 committed = frame.get("loaderId") == loader_id
         elif committed:
             return
+
+
+def page_arg(args: dict[str, Any]) -> str | None:
+    page = require(args, "page", str, None)
+    if page is not None and not 0 < len(page) <= 64:
+        raise bad_request("argument 'page' must be a page id (1-64 characters)")
+    return page
 
 
 def _pages(targets: Any) -> list[dict[str, Any]]:

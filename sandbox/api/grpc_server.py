@@ -25,6 +25,7 @@ from sandbox.api.grpc_probes import add_probes, follow_readiness
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.wire import convert
+from sandbox.wire import episodes as wire_episodes
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from sandbox.wire.limits import MESSAGE_SIZE_OPTIONS
@@ -120,9 +121,16 @@ class SandboxServicer:
         return pb.DeleteSandboxResponse()
 
     @_unary
-    async def Reset(self, principal: Principal, request: pb.ResetRequest) -> pb.SandboxInfo:
+    async def Reset(self, principal: Principal, request: pb.ResetRequest) -> pb.ResetResponse:
         snapshot = request.snapshot if request.HasField("snapshot") else None
-        return convert.info_to_proto(await self._service.reset(principal, request.sandbox_id, snapshot=snapshot))
+        if request.HasField("task_json"):
+            if snapshot is not None:
+                raise InvalidArgument("reset to a task or to a snapshot, not both")
+            task = self._service.load_task(request.task_json, fixtures=dict(request.fixtures))
+            info, obs = await self._service.reset_to_task(principal, request.sandbox_id, task)
+            return pb.ResetResponse(sandbox=convert.info_to_proto(info), observation=convert.observation_to_proto(obs))
+        info = await self._service.reset(principal, request.sandbox_id, snapshot=snapshot)
+        return pb.ResetResponse(sandbox=convert.info_to_proto(info))
 
     @_unary
     async def Renew(self, principal: Principal, request: pb.RenewRequest) -> pb.SandboxInfo:
@@ -231,6 +239,37 @@ class SandboxServicer:
         if request.HasField("tail"):
             options["tail"] = request.tail
         return pb.LogsResponse(text=await self._service.logs(principal, request.sandbox_id, **options))
+
+    # ------------------------------------------------------------------ episodes and trajectories
+
+    @_unary
+    async def Evaluate(self, principal: Principal, request: pb.EvaluateRequest) -> pb.EvaluateResponse:
+        return pb.EvaluateResponse(reward=await self._service.evaluate(principal, request.sandbox_id))
+
+    @_unary
+    async def ListTrajectories(
+        self, principal: Principal, request: pb.ListTrajectoriesRequest
+    ) -> pb.ListTrajectoriesResponse:
+        task_id = request.task_id if request.HasField("task_id") else None
+        found = await self._service.list_trajectories(principal, task_id=task_id)
+        return pb.ListTrajectoriesResponse(trajectories=[wire_episodes.trajectory_info_to_proto(t) for t in found])
+
+    @_unary
+    async def GetTrajectory(self, principal: Principal, request: pb.GetTrajectoryRequest) -> pb.Trajectory:
+        found = await self._service.get_trajectory(principal, request.trajectory_id)
+        return wire_episodes.trajectory_to_proto(found)
+
+    @_unary
+    async def GetTrajectoryFrame(self, principal: Principal, request: pb.GetTrajectoryFrameRequest) -> pb.Screenshot:
+        shot = await self._service.trajectory_frame(principal, request.trajectory_id, request.sha256)
+        return wire_episodes.screenshot_to_proto(shot)
+
+    @_unary
+    async def DeleteTrajectory(
+        self, principal: Principal, request: pb.DeleteTrajectoryRequest
+    ) -> pb.DeleteTrajectoryResponse:
+        await self._service.delete_trajectory(principal, request.trajectory_id)
+        return pb.DeleteTrajectoryResponse()
 
 
 def _log_fields(method: str, code: grpc.StatusCode) -> dict[str, str]:

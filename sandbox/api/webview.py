@@ -28,6 +28,7 @@ import io
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ THUMBNAIL_SIZE = (320, 200)
 HEALTH_TTL_S = 5.0
 HEALTH_TIMEOUT_S = 3.0
 LOG_TAIL = 200
+TRAJECTORY_LIST = 50
 
 
 class TicketRequest(Model):
@@ -190,6 +192,8 @@ def mount_webview(
         data = await asyncio.to_thread(_downscale, shot.data, THUMBNAIL_SIZE)
         return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
+    _mount_trajectories(app, service, session_holder, page)
+
     # ------------------------------------------------------------------ one sandbox
 
     @app.get(f"{VIEW}/{{sandbox_id}}", response_class=HTMLResponse, include_in_schema=False)
@@ -263,6 +267,43 @@ def mount_webview(
     app.mount(f"{VIEW}/static", StaticFiles(directory=STATIC_DIR), name="webview-static")
     for part in ("core", "vendor"):  # the RFB client and what it imports; not Debian's demo app
         app.mount(f"{VIEW}/novnc/{part}", StaticFiles(directory=novnc / part, check_dir=False), name=f"novnc-{part}")
+
+
+def _mount_trajectories(
+    app: FastAPI, service: SandboxService, session_holder: Callable[[Request], Principal], page: Callable[..., Response]
+) -> None:
+    """The replay page of a recorded episode (``/view/trajectories/{id}``: frames, actions, reward) and its feeds,
+    for the session's tenant (every tenant's for an admin), like the list page."""
+
+    @app.get(f"{VIEW}/api/trajectories", include_in_schema=False)
+    async def trajectories_feed(request: Request) -> dict[str, Any]:
+        """The newest ``TRAJECTORY_LIST`` trajectories, newest first."""
+        found = await service.list_trajectories(session_holder(request))
+        newest = sorted(found, key=lambda t: t.started_at, reverse=True)[:TRAJECTORY_LIST]
+        return {"trajectories": [t.model_dump(mode="json") for t in newest], "total": len(found)}
+
+    @app.get(f"{VIEW}/api/trajectories/{{trajectory_id}}", include_in_schema=False)
+    async def trajectory_feed(trajectory_id: str, request: Request) -> dict[str, Any]:
+        found = await service.get_trajectory(session_holder(request), trajectory_id)
+        return found.model_dump(mode="json")
+
+    @app.get(f"{VIEW}/api/trajectories/{{trajectory_id}}/frames/{{sha256}}", include_in_schema=False)
+    async def trajectory_frame(trajectory_id: str, sha256: str, request: Request) -> Response:
+        shot = await service.trajectory_frame(session_holder(request), trajectory_id, sha256)
+        cache = {"Cache-Control": "private, max-age=3600"}  # named by its content
+        return Response(shot.data, media_type=f"image/{shot.format}", headers=cache)
+
+    @app.get(f"{VIEW}/trajectories/{{trajectory_id}}", response_class=HTMLResponse, include_in_schema=False)
+    async def trajectory_page(trajectory_id: str, request: Request) -> Response:
+        try:
+            principal = session_holder(request)
+        except SandboxError:
+            return page("login.html", 401, message="")
+        try:
+            await service.get_trajectory(principal, trajectory_id)
+        except SandboxError as e:
+            return page("error.html", http_status(e), message=e.message, sandbox_id=trajectory_id)
+        return page("trajectory.html", 200)
 
 
 class _HealthCache:

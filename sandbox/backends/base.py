@@ -40,6 +40,8 @@ class RuntimeState(enum.StrEnum):
 
     STARTING = "starting"
     RUNNING = "running"
+    PAUSED = "paused"
+    """Frozen for a moment (a snapshot's commit): neither judged by health checks nor handed out."""
     EXITED = "exited"
     MISSING = "missing"
 
@@ -54,6 +56,9 @@ class BackendInstance:
     labels: dict[str, str] = field(default_factory=dict)
     created_at: float = 0.0
     exit_code: int | None = None
+    detail: str | None = None
+    """Why it is not running, for people, when the engine says more than its state (a pod's node was lost, it was
+    evicted ...); None when the state says it all."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class BackendSnapshot:
 
 class Backend(abc.ABC):
     name: str
+    can_snapshot: bool = True
+    """Whether ``snapshot`` can work at all here (a backend that cannot raises ``FailedPrecondition`` from it)."""
 
     def __init__(self) -> None:
         self._agents: dict[str, AgentClient] = {}
@@ -127,8 +134,12 @@ class Backend(abc.ABC):
         """Every snapshot image this backend owns."""
 
     @abc.abstractmethod
-    async def collect_snapshots(self, *, keep: set[str]) -> list[str]:
-        """Remove snapshot images not in ``keep`` that no instance runs; returns the removed references."""
+    async def collect_snapshots(
+        self, *, keep: set[str], only: set[str] | None = None, min_age_s: float = 0.0
+    ) -> list[str]:
+        """Remove snapshot images not in ``keep`` that no instance runs; returns the removed references.
+        ``only``: consider just these references. ``min_age_s``: leave images younger than this alone — a snapshot
+        is committed before the record naming it is stored, and must not be collected in between."""
 
     # the agent
 
@@ -171,6 +182,7 @@ async def probe_health(backend: Backend, instance_id: str, *, known: BackendInst
         detail = f"container is {state.state.value}" + (
             f" (exit code {state.exit_code})" if state.exit_code is not None else ""
         )
+        detail += f": {state.detail}" if state.detail else ""
         return Health(ok=False, checks={"container": HealthCheck(ok=False, detail=detail)})
     container = HealthCheck(ok=True, detail="running")
     try:

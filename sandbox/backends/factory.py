@@ -6,18 +6,35 @@ built by the tests themselves and no config file can name it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Discriminator, Tag
 
 from sandbox.backends.docker.config import DockerConfig
+from sandbox.backends.kubernetes.config import KubernetesConfig
 
 if TYPE_CHECKING:
     from sandbox.backends.base import Backend
 
-BackendConfig = DockerConfig
-"""The union of the production backends' configs, discriminated by ``type`` once there are several."""
+
+def _backend_type(value: Any) -> str:
+    """The ``type`` of a backend's settings; a config without one means Docker, as before there were two."""
+    found = value.get("type", "docker") if isinstance(value, dict) else getattr(value, "type", "docker")
+    return str(found)
 
 
-def make_backend(config: BackendConfig) -> Backend:
+BackendConfig = Annotated[
+    Annotated[DockerConfig, Tag("docker")] | Annotated[KubernetesConfig, Tag("kubernetes")],
+    Discriminator(_backend_type),
+]
+"""The union of the production backends' configs, discriminated by ``type`` ("docker" when omitted)."""
+
+
+def make_backend(config: DockerConfig | KubernetesConfig) -> Backend:
+    if isinstance(config, KubernetesConfig):
+        from sandbox.backends.kubernetes.backend import KubernetesBackend
+
+        return KubernetesBackend(config)
     from sandbox.backends.docker.backend import DockerBackend
 
     return DockerBackend(config)

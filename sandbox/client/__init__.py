@@ -28,16 +28,18 @@ hidden thread and loop per client whose lifetime someone must manage. grpc's blo
 its own, direct path.
 """
 
-from sandbox.client._async import AsyncClient, AsyncFiles, AsyncSandbox, AsyncStepStream
-from sandbox.client._sync import Client, Files, Sandbox, StepStream
+from sandbox.client._async import AsyncClient, AsyncFiles, AsyncSandbox, AsyncStepStream, AsyncTrajectories
+from sandbox.client._sync import Client, Files, Sandbox, StepStream, Trajectories
 
 __all__ = [
     "AsyncClient",
     "AsyncFiles",
     "AsyncSandbox",
     "AsyncStepStream",
+    "AsyncTrajectories",
     "Client",
     "Files",
     "Sandbox",
     "StepStream",
+    "Trajectories",
 ]

@@ -12,13 +12,15 @@ import asyncio
 import builtins
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import grpc
 
-from sandbox.client import _ops
+from sandbox.client import _episodes, _ops
+from sandbox.client._episodes import TaskLike
 from sandbox.errors import Unavailable
-from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, SnapshotInfo
+from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, Screenshot, SnapshotInfo
+from sandbox.trajectories.models import Trajectory, TrajectoryInfo
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
@@ -34,6 +36,9 @@ class AsyncClient:
         self.target = target
         self.timeout = timeout
         self._metadata = _ops.metadata(token)
+        self.trajectories = AsyncTrajectories(self)
+        """The recorded episodes this caller may see: ``client.trajectories.list(task_id=...)``, ``get``, ``frame``,
+        ``delete``."""
         self._channel: grpc.aio.Channel | None = None
         self._stub_instance: Any = None
 
@@ -103,8 +108,10 @@ class AsyncSandbox:
     def __repr__(self) -> str:
         return f"AsyncSandbox(id={self.id!r}, kind={self.info.kind.value!r})"
 
-    async def step(self, action: Action | Mapping[str, Any], *, screenshot: bool = False) -> Observation:
-        """Do one action (a model or a dict such as ``{"type": "click", "x": 10, "y": 20}``)."""
+    async def step(self, action: Action | Mapping[str, Any] | str, *, screenshot: bool = False) -> Observation:
+        """Do one action (a model or a dict such as ``{"type": "click", "x": 10, "y": 20}``; or OSWorld's output as
+        it is: pyautogui code, ``"WAIT"``, ``"DONE"``, ``"FAIL"``). In an episode, ``done`` and ``info`` say where it
+        stands (``info``: steps, truncated, reason, task_id, trajectory_id)."""
         return await self._client._run(_ops.step(self.id, action, screenshot=screenshot))
 
     def step_stream(self) -> AsyncStepStream:
@@ -131,11 +138,25 @@ class AsyncSandbox:
         )
         return await self._client._run(op)
 
-    async def reset(self, snapshot: str | None = None) -> SandboxInfo:
+    @overload
+    async def reset(self, snapshot: str | None = None) -> SandboxInfo: ...
+
+    @overload
+    async def reset(self, snapshot: str | None = None, *, task: TaskLike) -> Observation: ...
+
+    async def reset(self, snapshot: str | None = None, *, task: TaskLike | None = None) -> SandboxInfo | Observation:
         """Back to the initial state (a fresh sandbox from the same spec, or from the snapshot named here,
-        which the sandbox keeps from then on); the refreshed info."""
-        self.info = await self._client._run(_ops.reset(self.id, snapshot=snapshot))
-        return self.info
+        which the sandbox keeps from then on); the refreshed info.
+
+        With ``task`` (a ``Task``, its dict, or the path of its JSON file): the start of an episode of it — its
+        setup run, or its post-setup snapshot swapped in — and the episode's first observation. The files its
+        ``download`` steps fetch are sent along from its fixtures (those beside its file)."""
+        self.info, obs = await self._client._run(_episodes.reset(self.id, snapshot=snapshot, task=task))
+        return self.info if obs is None else obs
+
+    async def evaluate(self) -> float:
+        """Score the episode (since the last reset to a task) with the task's evaluator: the reward in [0, 1]."""
+        return await self._client._run(_episodes.evaluate(self.id))
 
     async def renew(self, ttl_s: float | None = None) -> SandboxInfo:
         """Extend the lease: the sandbox now expires ``ttl_s`` (default: its spec's ttl_s) from now."""
@@ -200,6 +221,28 @@ class AsyncFiles:
         return await self._sandbox._client._run(_ops.download(self._sandbox.id, remote_path, local_path))
 
 
+class AsyncTrajectories:
+    """The recorded episodes this caller may see (every tenant's for an admin)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def list(self, *, task_id: str | None = None) -> builtins.list[TrajectoryInfo]:
+        """Their summaries, of ``task_id`` if given, oldest first."""
+        return await self._client._run(_episodes.list_trajectories(task_id=task_id))
+
+    async def get(self, trajectory_id: str) -> Trajectory:
+        """A trajectory with its steps (frames by hash: ``frame``)."""
+        return await self._client._run(_episodes.get_trajectory(trajectory_id))
+
+    async def frame(self, trajectory_id: str, sha256: str) -> Screenshot:
+        """One screenshot of a trajectory, by the hash its steps name (``step.frame.sha256``)."""
+        return await self._client._run(_episodes.trajectory_frame(trajectory_id, sha256))
+
+    async def delete(self, trajectory_id: str) -> None:
+        await self._client._run(_episodes.delete_trajectory(trajectory_id))
+
+
 class AsyncStepStream:
     """Steps over one ``StepStream`` RPC: no per-call setup, one response per step, in order.
 
@@ -211,7 +254,7 @@ class AsyncStepStream:
         self._call: Any = None
         self._lock = asyncio.Lock()
 
-    async def step(self, action: Action | Mapping[str, Any], *, screenshot: bool = False) -> Observation:
+    async def step(self, action: Action | Mapping[str, Any] | str, *, screenshot: bool = False) -> Observation:
         request = _ops.step_request(self._sandbox.id, action, screenshot=screenshot)
         client = self._sandbox._client
         async with self._lock:  # one step in flight: responses pair with requests in order

@@ -151,14 +151,6 @@ def delete(sandbox_id: str, *, missing_ok: bool = False) -> Op[None]:
             raise
 
 
-def reset(sandbox_id: str, *, snapshot: str | None = None) -> Op[models.SandboxInfo]:
-    request = pb.ResetRequest(sandbox_id=sandbox_id)
-    if snapshot is not None:
-        request.snapshot = snapshot
-    reply = yield Call("Reset", request)
-    return convert.info_from_proto(reply)
-
-
 def renew(sandbox_id: str, *, ttl_s: float | None = None) -> Op[models.SandboxInfo]:
     renewal = convert.validate(convert.Renewal, {"ttl_s": ttl_s}, what="renewal")
     request = pb.RenewRequest(sandbox_id=sandbox_id)
@@ -191,14 +183,16 @@ def delete_snapshot(name: str) -> Op[None]:
 
 def _action_budget(action: models.Action) -> float:
     """The least deadline of acting: past an exec's or navigation's timeout, or a wait (``call_deadline``)."""
-    if isinstance(action, models.Exec | models.Navigate):
+    if isinstance(action, models.Exec | models.Navigate | models.PageOpen):
         return call_deadline(action.timeout)
     if isinstance(action, models.Wait):
         return call_deadline(action.seconds)
     return 0.0
 
 
-def step_request(sandbox_id: str, action: models.Action | Mapping[str, Any], *, screenshot: bool) -> pb.StepRequest:
+def step_request(
+    sandbox_id: str, action: models.Action | Mapping[str, Any] | str, *, screenshot: bool
+) -> pb.StepRequest:
     """Validates ``action`` here, before it goes anywhere: bad input fails fast, naming the field."""
     checked = convert.validate_action(action)
     return pb.StepRequest(sandbox_id=sandbox_id, action=convert.action_to_proto(checked), screenshot=screenshot)
@@ -210,7 +204,9 @@ def step_result(reply: pb.StepResponse) -> models.Observation:
     return convert.observation_from_proto(reply.observation)
 
 
-def step(sandbox_id: str, action: models.Action | Mapping[str, Any], *, screenshot: bool) -> Op[models.Observation]:
+def step(
+    sandbox_id: str, action: models.Action | Mapping[str, Any] | str, *, screenshot: bool
+) -> Op[models.Observation]:
     checked = convert.validate_action(action)
     request = pb.StepRequest(sandbox_id=sandbox_id, action=convert.action_to_proto(checked), screenshot=screenshot)
     reply = yield Call("Step", request, min_timeout=_action_budget(checked))

@@ -11,13 +11,15 @@ import builtins
 import os
 import queue
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import grpc
 
-from sandbox.client import _ops
+from sandbox.client import _episodes, _ops
+from sandbox.client._episodes import TaskLike
 from sandbox.errors import Unavailable
-from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, SnapshotInfo
+from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, Screenshot, SnapshotInfo
+from sandbox.trajectories.models import Trajectory, TrajectoryInfo
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
 
@@ -31,6 +33,9 @@ class Client:
         self.target = target
         self.timeout = timeout
         self._metadata = _ops.metadata(token)
+        self.trajectories = Trajectories(self)
+        """The recorded episodes this caller may see: ``client.trajectories.list(task_id=...)``, ``get``, ``frame``,
+        ``delete``."""
         self._channel = grpc.insecure_channel(target, options=_ops.CHANNEL_OPTIONS)
         self._stub = pb_grpc.SandboxServiceStub(self._channel)
 
@@ -94,8 +99,10 @@ class Sandbox:
     def __repr__(self) -> str:
         return f"Sandbox(id={self.id!r}, kind={self.info.kind.value!r})"
 
-    def step(self, action: Action | Mapping[str, Any], *, screenshot: bool = False) -> Observation:
-        """Do one action (a model or a dict such as ``{"type": "click", "x": 10, "y": 20}``)."""
+    def step(self, action: Action | Mapping[str, Any] | str, *, screenshot: bool = False) -> Observation:
+        """Do one action (a model or a dict such as ``{"type": "click", "x": 10, "y": 20}``; or OSWorld's output as
+        it is: pyautogui code, ``"WAIT"``, ``"DONE"``, ``"FAIL"``). In an episode, ``done`` and ``info`` say where it
+        stands (``info``: steps, truncated, reason, task_id, trajectory_id)."""
         return self._client._run(_ops.step(self.id, action, screenshot=screenshot))
 
     def step_stream(self) -> StepStream:
@@ -122,11 +129,25 @@ class Sandbox:
         )
         return self._client._run(op)
 
-    def reset(self, snapshot: str | None = None) -> SandboxInfo:
+    @overload
+    def reset(self, snapshot: str | None = None) -> SandboxInfo: ...
+
+    @overload
+    def reset(self, snapshot: str | None = None, *, task: TaskLike) -> Observation: ...
+
+    def reset(self, snapshot: str | None = None, *, task: TaskLike | None = None) -> SandboxInfo | Observation:
         """Back to the initial state (a fresh sandbox from the same spec, or from the snapshot named here,
-        which the sandbox keeps from then on); the refreshed info."""
-        self.info = self._client._run(_ops.reset(self.id, snapshot=snapshot))
-        return self.info
+        which the sandbox keeps from then on); the refreshed info.
+
+        With ``task`` (a ``Task``, its dict, or the path of its JSON file): the start of an episode of it — its
+        setup run, or its post-setup snapshot swapped in — and the episode's first observation. The files its
+        ``download`` steps fetch are sent along from its fixtures (those beside its file)."""
+        self.info, obs = self._client._run(_episodes.reset(self.id, snapshot=snapshot, task=task))
+        return self.info if obs is None else obs
+
+    def evaluate(self) -> float:
+        """Score the episode (since the last reset to a task) with the task's evaluator: the reward in [0, 1]."""
+        return self._client._run(_episodes.evaluate(self.id))
 
     def renew(self, ttl_s: float | None = None) -> SandboxInfo:
         """Extend the lease: the sandbox now expires ``ttl_s`` (default: its spec's ttl_s) from now."""
@@ -191,6 +212,28 @@ class Files:
         return self._sandbox._client._run(_ops.download(self._sandbox.id, remote_path, local_path))
 
 
+class Trajectories:
+    """The recorded episodes this caller may see (every tenant's for an admin)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self, *, task_id: str | None = None) -> builtins.list[TrajectoryInfo]:
+        """Their summaries, of ``task_id`` if given, oldest first."""
+        return self._client._run(_episodes.list_trajectories(task_id=task_id))
+
+    def get(self, trajectory_id: str) -> Trajectory:
+        """A trajectory with its steps (frames by hash: ``frame``)."""
+        return self._client._run(_episodes.get_trajectory(trajectory_id))
+
+    def frame(self, trajectory_id: str, sha256: str) -> Screenshot:
+        """One screenshot of a trajectory, by the hash its steps name (``step.frame.sha256``)."""
+        return self._client._run(_episodes.trajectory_frame(trajectory_id, sha256))
+
+    def delete(self, trajectory_id: str) -> None:
+        self._client._run(_episodes.delete_trajectory(trajectory_id))
+
+
 class StepStream:
     """Steps over one ``StepStream`` RPC: no per-call setup, one response per step, in order.
 
@@ -206,7 +249,7 @@ class StepStream:
         while (request := self._requests.get()) is not None:
             yield request
 
-    def step(self, action: Action | Mapping[str, Any], *, screenshot: bool = False) -> Observation:
+    def step(self, action: Action | Mapping[str, Any] | str, *, screenshot: bool = False) -> Observation:
         request = _ops.step_request(self._sandbox.id, action, screenshot=screenshot)
         client = self._sandbox._client
         if self._responses is None:

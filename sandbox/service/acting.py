@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from sandbox.agent_client import AgentClient
@@ -16,6 +17,7 @@ from sandbox.backends.base import probe_health
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.models import (
     COMPUTER_ACTIONS,
+    PAGE_ACTIONS,
     Action,
     Evaluate,
     Exec,
@@ -32,6 +34,7 @@ from sandbox.service.auth import Principal
 from sandbox.service.core import ms_since, require_display, require_kind, timed
 from sandbox.service.failures import reason
 from sandbox.service.leases import LeaseOps
+from sandbox.service.pages import act_on_page, step_screenshot
 from sandbox.service.records import SandboxRecord
 
 RECENT_ACTIONS = 50
@@ -45,38 +48,53 @@ class ActingOps(LeaseOps):
         self, principal: Principal, sandbox_id: str, action: Action, *, screenshot: bool = False
     ) -> Observation:
         record = await self._find(principal, sandbox_id)
+        return await self._act(record, [action], screenshot=screenshot, shown=action)
+
+    async def _act(
+        self, record: SandboxRecord, actions: Sequence[Action], *, screenshot: bool, shown: Action
+    ) -> Observation:
+        """Do ``actions`` in order, then take a screenshot if asked; ``shown`` is the action the caller sent (what
+        the recent actions list)."""
         agent = self._agent(record)
         started = time.perf_counter()
         obs: dict[str, Any] = {}
         try:
-            if isinstance(action, COMPUTER_ACTIONS):
-                require_display(record)
-                result = await agent.act(action.model_dump(exclude_none=True))
-                if "cursor" in result:
-                    obs["cursor"] = tuple(result["cursor"])
-            elif isinstance(action, Exec):
-                obs["exec"] = await _exec(agent, action)
-            elif isinstance(action, Navigate):
-                require_kind(record, SandboxKind.BROWSER, "navigate")
-                page = await agent.navigate(action.url, timeout=action.timeout)
-                obs.update(url=page.get("url"), title=page.get("title"))
-            elif isinstance(action, Evaluate):
-                require_kind(record, SandboxKind.BROWSER, "evaluate")
-                obs["value"] = await agent.evaluate(action.expression)
-            else:  # pragma: no cover - the Action union is closed
-                raise InvalidArgument(f"unsupported action {action.type!r}")
+            for action in actions:
+                obs.update(await self._perform(record, agent, action))
             timings = {"action": ms_since(started)}
             if screenshot:
                 shot_started = time.perf_counter()
-                obs["screenshot"] = await agent.screenshot()
+                # `shown`, the action sent: `actions` is empty for DONE/FAIL, many for pyautogui code
+                obs["screenshot"] = await step_screenshot(agent, shown, obs)
                 timings["screenshot"] = ms_since(shot_started)
         except Unavailable as e:
             raise await self._dead(record, e) from e
         await self._touch(record)
-        self._recent.setdefault(sandbox_id, deque(maxlen=RECENT_ACTIONS)).append(
-            {"at": time.time(), "action": action.model_dump(mode="json")}
+        self._recent.setdefault(record.id, deque(maxlen=RECENT_ACTIONS)).append(
+            {"at": time.time(), "action": shown.model_dump(mode="json")}
         )
         return Observation(**obs, timings_ms={**timings, "total": ms_since(started)})
+
+    async def _perform(self, record: SandboxRecord, agent: AgentClient, action: Action) -> dict[str, Any]:
+        """One primitive action; the observation's fields it yields."""
+        if isinstance(action, COMPUTER_ACTIONS):
+            require_display(record)
+            result = await agent.act(action.model_dump(exclude_none=True))
+            return {"cursor": tuple(result["cursor"])} if "cursor" in result else {}
+        if isinstance(action, Exec):
+            return {"exec": await _exec(agent, action)}
+        if isinstance(action, Navigate):
+            require_kind(record, SandboxKind.BROWSER, "navigate")
+            page = await agent.navigate(action.url, timeout=action.timeout, page=action.page)
+            return {"url": page.get("url"), "title": page.get("title")}
+        if isinstance(action, Evaluate):
+            require_kind(record, SandboxKind.BROWSER, "evaluate")
+            return {"value": await agent.evaluate(action.expression, page=action.page)}
+        if isinstance(action, PAGE_ACTIONS):
+            require_kind(record, SandboxKind.BROWSER, action.type)
+            return await act_on_page(agent, action)
+        # pyautogui, done and fail belong to episodes (service.episodes): never a primitive
+        raise InvalidArgument(f"unsupported action {action.type!r}")
 
     @timed("observe")
     async def observe(

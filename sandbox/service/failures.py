@@ -129,6 +129,8 @@ class FailureOps(ServiceCore):
             why, failure = "its container is gone", "container_gone"
         else:
             why, failure = f"its container exited (code {state.exit_code})", "container_exited"
+        if state.detail and state.state is not RuntimeState.RUNNING:
+            why += f": {state.detail}"  # the engine's word: evicted, its node lost ...
         await self.mark_failed(record, why, cause=failure)
         if record.spec.auto_recover:
             return Unavailable(f"sandbox {record.id} failed ({why}) and was recovered; retry the call")

@@ -10,7 +10,7 @@ from sandbox.observability.metrics import note_kind
 from sandbox.service.auth import Principal
 from sandbox.service.core import _ids, timed
 from sandbox.service.failures import FailureOps
-from sandbox.service.records import SANDBOXES, SandboxRecord, new_sandbox_id
+from sandbox.service.records import SANDBOXES, EpisodeRecord, SandboxRecord, new_sandbox_id
 
 
 class LeaseOps(FailureOps):
@@ -93,6 +93,13 @@ class LeaseOps(FailureOps):
         """
         record = await self._find(principal, sandbox_id)
         spec = record.spec if snapshot is None else record.spec.model_copy(update={"snapshot": snapshot})
+        return (await self._reset_onto(principal, sandbox_id, spec)).info()
+
+    async def _reset_onto(
+        self, principal: Principal, sandbox_id: str, spec: SandboxSpec, *, episode: EpisodeRecord | None = None
+    ) -> SandboxRecord:
+        """Swap in an instance of ``spec`` (which the sandbox keeps from then on), the sandbox now running
+        ``episode`` (None: none); the record as written."""
         image = await self._image(principal, spec)
         async with self._exclusive(sandbox_id):
             record = await self._find(principal, sandbox_id)
@@ -102,7 +109,7 @@ class LeaseOps(FailureOps):
             def swap(fresh: SandboxRecord) -> bool:
                 if fresh.instance != old or fresh.state is SandboxState.EXPIRED:
                     return False
-                fresh.instance, fresh.spec = instance, spec
+                fresh.instance, fresh.spec, fresh.episode = instance, spec, episode
                 fresh.state, fresh.error, fresh.last_active_at = SandboxState.RUNNING, None, time.time()
                 return True
 
@@ -110,12 +117,12 @@ class LeaseOps(FailureOps):
             if updated is None:
                 self.instances.retire_later(instance)
                 await self._find(principal, sandbox_id)  # says what happened meanwhile (deleted, expired)
-                return record.info()
+                return record
             self._recent.pop(sandbox_id, None)
         await self._publish_claim(updated)
         self.instances.retire_later(old)
         self._log.info("reset sandbox %s onto %s", sandbox_id, instance, extra=_ids(updated))
-        return updated.info()
+        return updated
 
     async def close(self) -> None:
         """Stop serving. Sandboxes live on in the store and the engine for the next start; instances this

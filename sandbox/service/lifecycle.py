@@ -29,6 +29,8 @@ from sandbox.service.service import SandboxService
 
 TOMBSTONE_S = 3600.0
 """How long an expired sandbox's record stays to tell its client why it is gone."""
+SNAPSHOT_GRACE_S = 120.0
+"""Reconciliation leaves snapshot images younger than this alone: their records may not be stored yet."""
 STUCK_S = 900.0
 """A start or a claim still in progress after this long is taken for stuck, even if its replica lives."""
 
@@ -136,8 +138,11 @@ class Lifecycle:
             if record.state is not SandboxState.RUNNING or record.id in self._probing:
                 continue
             engine = listing.get(record.instance)
+            if engine is not None and engine.state is RuntimeState.PAUSED:
+                continue  # a snapshot is being taken (docker commit pauses it): judged on the next round
             if engine is None or engine.state is not RuntimeState.RUNNING:
                 state = "gone" if engine is None else f"{engine.state.value} (exit code {engine.exit_code})"
+                state += f": {engine.detail}" if engine is not None and engine.detail else ""
                 cause: FailureCause = "container_gone" if engine is None else "container_exited"
                 checks.append(self._fail(record, f"its container is {state}", cause))
             else:
@@ -205,7 +210,7 @@ class Lifecycle:
         for instance, record in known.items():  # a warm instance whose container died
             if instance not in on_engine and record.pool and instance in waiting:
                 await store.remove(record.pool, instance)
-        await service.collect_snapshot_images()
+        await service.collect_snapshot_images(min_age_s=max(grace, SNAPSHOT_GRACE_S))
 
 
 def _unused(

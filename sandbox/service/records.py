@@ -27,6 +27,10 @@ INSTANCES = "instances"
 """Collection: every backend instance the service started and has not yet removed -> InstanceRecord."""
 SNAPSHOTS = "snapshots"
 """Collection: "<tenant>/<name>" -> SnapshotRecord."""
+TASKS = "tasks"
+"""Collection: "<tenant>/<task hash>" -> the task's document, for whichever replica evaluates its episode."""
+FIXTURES = "fixtures"
+"""Collection: "<tenant>/<sha256>" -> a file a task downloads that the server's fixtures lack (``task_store``)."""
 META = "meta"
 """Collection: facts about the store itself."""
 EPOCH = "epoch"
@@ -61,6 +65,41 @@ class LeaseEnd(NamedTuple):
     """For people: the tombstone's error says it."""
 
 
+class EpisodeRecord(BaseModel):
+    """The episode a sandbox runs: the task it was reset to, and how far it went (see ``service.episodes``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    digest: str
+    """The digest of what decides the task's post-setup state: the name of its snapshot."""
+    task_hash: str
+    """The SHA-256 of the whole task: its document in TASKS, which the evaluation reads."""
+    trajectory_id: str
+    started_at: float
+    max_steps: int | None = None
+    max_seconds: float | None = None
+    steps: int = 0
+    done: bool = False
+    truncated: bool = False
+    reason: str | None = None
+    """Why it ended: done, fail, step_limit, time_limit."""
+    ended_at: float | None = None
+    last_action: str | None = None
+    """The last action: "DONE", "FAIL", "WAIT", or its type (OSWorld's evaluators read it)."""
+    reward: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The ``Observation.info`` of a step: where the episode stands."""
+        return {
+            "steps": self.steps,
+            "truncated": self.truncated,
+            "reason": self.reason,
+            "task_id": self.task_id,
+            "trajectory_id": self.trajectory_id,
+        }
+
+
 class SandboxRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -77,6 +116,8 @@ class SandboxRecord(BaseModel):
     error: str | None = None
     replacements: int = 0
     """Times a failed instance was recovered: started again in place, or replaced."""
+    episode: EpisodeRecord | None = None
+    """The episode of a task the sandbox runs since its last reset to one (None after a plain reset)."""
 
     def info(self) -> SandboxInfo:
         return SandboxInfo(

@@ -5,14 +5,16 @@
     LeaseOps      create, get, list, delete, renew, reset                     leases.py
     ActingOps     step, observe, exec, files, health, logs, tunnels           acting.py
     SnapshotOps   snapshots and their warm instances                          snapshots.py
+    TrajectoryOps record episodes' steps; list, get, delete trajectories      trajectory_ops.py
+    EpisodeOps    reset to a task, steps counted to the episode's end, reward episodes.py
 
 State lives in the store, so another replica, or this one after a restart, serves the same sandboxes.
 """
 
 from __future__ import annotations
 
-from sandbox.service.snapshots import SnapshotOps
+from sandbox.service.episodes import EpisodeOps
 
 
-class SandboxService(SnapshotOps):
+class SandboxService(EpisodeOps):
     """Everything the API skins call; see the module docstring for where each part lives."""

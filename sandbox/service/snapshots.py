@@ -76,12 +76,14 @@ class SnapshotOps(ActingOps):
             raise NotFound(f"no snapshot {name!r}")
         await self.store.delete(SNAPSHOTS, key)
         await self.sync_snapshot_pools()
-        await self.collect_snapshot_images()
+        await self.collect_snapshot_images(only={str(doc["image"])})
 
-    async def collect_snapshot_images(self) -> list[str]:
-        """Remove snapshot images no snapshot names and no instance runs; returns what was removed."""
+    async def collect_snapshot_images(self, *, only: set[str] | None = None, min_age_s: float = 0.0) -> list[str]:
+        """Remove snapshot images no snapshot names and no instance runs (of ``only``, and at least ``min_age_s``
+        old, when given: a snapshot taken a moment ago is committed before its record is stored); returns what
+        was removed."""
         if await self._store_was_wiped():
             return []  # the records naming them are being adopted again
         docs = await self.store.all(SNAPSHOTS)
         named = {str(doc["image"]) for doc in docs.values()}
-        return await self.backend.collect_snapshots(keep=named)
+        return await self.backend.collect_snapshots(keep=named, only=only, min_age_s=min_age_s)

@@ -52,6 +52,7 @@ class _Proc:
 
 class FakeBackend(Backend):
     name = "fake"
+    can_snapshot = False
 
     def __init__(self, config: FakeConfig) -> None:
         super().__init__()
@@ -149,7 +150,9 @@ class FakeBackend(Backend):
     async def list_snapshots(self) -> list[BackendSnapshot]:
         return []
 
-    async def collect_snapshots(self, *, keep: set[str]) -> list[str]:
+    async def collect_snapshots(
+        self, *, keep: set[str], only: set[str] | None = None, min_age_s: float = 0.0
+    ) -> list[str]:
         return []
 
     def _connect_agent(self, instance_id: str) -> AgentClient:

@@ -66,8 +66,9 @@ def validate(model: type[M], data: Mapping[str, Any], *, what: str) -> M:
         raise invalid(e, what=what) from e
 
 
-def validate_action(action: models.Action | Mapping[str, Any]) -> models.Action:
-    """An action model as it is, or a plain dict such as ``{"type": "click", "x": 1, "y": 2}`` validated."""
+def validate_action(action: models.Action | Mapping[str, Any] | str) -> models.Action:
+    """An action model as it is, or a plain dict such as ``{"type": "click", "x": 1, "y": 2}`` (or OSWorld's
+    output: pyautogui code, ``"WAIT"``, ``"DONE"``, ``"FAIL"``) validated."""
     if isinstance(action, BaseModel):
         if not isinstance(action, ACTION_TYPES):
             raise InvalidArgument(f"invalid action: {type(action).__name__} is not an action model")

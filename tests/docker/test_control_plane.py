@@ -18,8 +18,8 @@ import pytest
 from PIL import Image
 
 from sandbox.client import AsyncClient, Client
-from sandbox.client.gym import SandboxEnv
 from sandbox.errors import FailedPrecondition, NotFound
+from sandbox.gym import SandboxEnv
 from tests.conftest import OWNER, RUN_ID
 from tests.docker.servers import SANDBOX_BIN, ServerProcess
 
@@ -246,8 +246,8 @@ async def test_200_concurrent_steps_over_10_sandboxes(control_plane: ControlPlan
 def test_gym_env_runs_an_episode_on_a_terminal_sandbox(control_plane: ControlPlane) -> None:
     with Client(control_plane.grpc_target, token=TOKEN) as client:
         env = SandboxEnv(
-            client,
-            kind="terminal",
+            "terminal",
+            client=client,
             reward_fn=lambda sandbox, action, obs: 1.0 if obs.exec and "42" in obs.exec.stdout else 0.0,
             max_steps=3,
         )

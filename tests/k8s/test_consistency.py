@@ -259,7 +259,7 @@ def test_overlay_moves_both_namespaces_and_pins_the_image() -> None:
     assert deployment["metadata"]["namespace"] == "agents-platform"
     assert deployment["spec"]["replicas"] == 3
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == "registry.example.internal:5000/sandbox/control-plane:0.1.0"
+    assert image == "registry.example.internal:5000/sandbox/controlplane:0.1.0"
     namespaces = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
     assert namespaces == {"agents-platform", "agents-sandboxes"}
     assert not {d["metadata"].get("namespace") for d in docs} & {"sandbox-system", "sandboxes"}

@@ -19,8 +19,8 @@ import pytest_asyncio
 
 from sandbox.api.grpc_server import bind_grpc_server, start_grpc_server
 from sandbox.client import AsyncClient, AsyncSandbox, Client, _ops
-from sandbox.client.gym import SandboxEnv
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
+from sandbox.gym import SandboxEnv
 from sandbox.models import Action, Exec, Observation, SandboxKind, SandboxState
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
@@ -297,10 +297,10 @@ def _episode(target: str) -> list[tuple[float, bool, bool]]:
 
     outcomes = []
     with Client(target, token=ALPHA, timeout=60) as client:
-        env = SandboxEnv(client, "terminal", spec={"labels": {"test": "gym"}}, reward_fn=reward, max_steps=3)
+        env = SandboxEnv("terminal", client=client, spec={"labels": {"test": "gym"}}, reward_fn=reward, max_steps=3)
         try:
             obs, info = env.reset(seed=0)
-            assert isinstance(obs, Observation) and info["sandbox_id"]
+            assert obs == {"text": ""} and info["sandbox_id"]
             first_id = info["sandbox_id"]
             for cmd in ("touch mark; echo 1", "echo $((1+2))", "echo done"):
                 obs, r, terminated, truncated, step_info = env.step({"type": "exec", "cmd": cmd})
@@ -309,7 +309,7 @@ def _episode(target: str) -> list[tuple[float, bool, bool]]:
             _, info = env.reset()  # the same sandbox, reset: the mark is gone
             assert info["sandbox_id"] == first_id
             obs, *_ = env.step({"type": "exec", "cmd": "test -e mark; echo $?"})
-            assert obs.exec is not None and obs.exec.stdout == "1\n"
+            assert obs["text"] == "1\n"
         finally:
             env.close()
         with pytest.raises(NotFound):

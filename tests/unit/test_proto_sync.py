@@ -111,6 +111,19 @@ EXAMPLES: list[models.Action] = [
     models.Exec(cmd=[]),
     models.Navigate(url="https://example.org", timeout=5),
     models.Evaluate(expression="1 + 1"),
+    models.Navigate(url="file:///opt/sandbox/games/tiles/index.html", page="A1B2"),
+    models.Evaluate(expression="game.state()", page="A1B2"),
+    models.PageOpen(url="file:///opt/sandbox/games/reflex/index.html?seed=7", clock="paused", factor=2.5),
+    models.PageOpen(url="about:blank"),
+    models.PageClose(page="A1B2"),
+    models.Clock(op="step", ms=1000, page="A1B2"),
+    models.Clock(op="speed", factor=4),
+    models.Clock(op="pause"),
+    models.PageKey(key="ArrowUp", page="A1B2"),
+    models.PageClick(x=55, y=125, button="right", count=2, page="A1B2"),
+    models.Pyautogui(code="import pyautogui; pyautogui.click(10, 20)"),
+    models.Done(),
+    models.Fail(),
 ]
 
 

@@ -15,14 +15,22 @@ from sandbox.client import (
     AsyncFiles,
     AsyncSandbox,
     AsyncStepStream,
+    AsyncTrajectories,
     Client,
     Files,
     Sandbox,
     StepStream,
+    Trajectories,
 )
 from sandbox.models import SnapshotInfo
 
-PAIRS = [(Client, AsyncClient), (Sandbox, AsyncSandbox), (Files, AsyncFiles), (StepStream, AsyncStepStream)]
+PAIRS = [
+    (Client, AsyncClient),
+    (Sandbox, AsyncSandbox),
+    (Files, AsyncFiles),
+    (StepStream, AsyncStepStream),
+    (Trajectories, AsyncTrajectories),
+]
 # Methods that hand back an object rather than doing I/O: plain functions in both.
 NOT_COROUTINES = {"step_stream"}
 SYNC_TWIN: dict[type, type] = {asynchronous: sync for sync, asynchronous in PAIRS}
@@ -70,7 +78,9 @@ def test_async_methods_are_coroutines_and_sync_ones_are_not(sync: type, asynchro
         assert not inspect.iscoroutinefunction(public(sync)[name]), name
 
 
-@pytest.mark.parametrize(("sync", "asynchronous"), [p for p in PAIRS if p[0] is not Files], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    ("sync", "asynchronous"), [p for p in PAIRS if p[0] not in (Files, Trajectories)], ids=lambda c: c.__name__
+)
 def test_both_are_context_managers(sync: type, asynchronous: type) -> None:
     assert callable(getattr(sync, "__enter__", None)) and callable(getattr(sync, "__exit__", None))
     assert inspect.iscoroutinefunction(asynchronous.__aenter__) and inspect.iscoroutinefunction(asynchronous.__aexit__)
@@ -87,15 +97,21 @@ def test_constructors_match() -> None:
 def test_the_surface_is_what_the_docs_promise() -> None:
     assert {"create", "get", "list", "snapshots", "delete_snapshot", "close"} <= set(public(Client))
     handle = {"id", "step", "step_stream", "observe", "exec", "reset", "renew", "snapshot", "refresh", "health", "logs"}
+    handle |= {"evaluate"}
     assert handle | {"close"} <= set(public(Sandbox))  # plus the instance attributes `info` and `files`
     assert set(public(Files)) == {"read", "write", "list", "delete", "upload", "download"}
+    assert set(public(Trajectories)) == {"list", "get", "frame", "delete"}
 
 
 def test_lease_and_snapshot_signatures() -> None:
     positional, keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
     empty = inspect.Parameter.empty
     assert params(Sandbox.renew) == [("self", positional, empty), ("ttl_s", positional, None)]
-    assert params(Sandbox.reset) == [("self", positional, empty), ("snapshot", positional, None)]
+    assert params(Sandbox.reset) == [
+        ("self", positional, empty),
+        ("snapshot", positional, None),
+        ("task", keyword, None),
+    ]
     assert params(Sandbox.snapshot) == [("self", positional, empty), ("name", positional, empty), ("warm", keyword, 0)]
     assert params(Client.snapshots) == [("self", positional, empty)]
     assert params(Client.delete_snapshot) == [("self", positional, empty), ("name", positional, empty)]

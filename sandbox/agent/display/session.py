@@ -115,6 +115,9 @@ class XSession:
         if own is None or not len(own.value) or int(own.value[0]) != wid:
             return False, f"stale _NET_SUPPORTING_WM_CHECK: window 0x{wid:x} is gone (the window manager died?)"
         wm = name.value.decode(errors="replace") if name is not None and isinstance(name.value, bytes) else "unnamed"
+        workarea = self.root.get_full_property(self.d.intern_atom("_NET_WORKAREA"), X.AnyPropertyType)
+        if workarea is None or not len(workarea.value):
+            return False, f"window manager {wm!r} is starting: it does not manage windows yet (no _NET_WORKAREA)"
         return True, f"window manager {wm!r} is running (check window 0x{wid:x})"
 
     # Input

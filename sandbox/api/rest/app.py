@@ -7,7 +7,7 @@ import logging
 from fastapi import FastAPI, Request, Response
 
 from sandbox import __version__
-from sandbox.api.rest import context, routes
+from sandbox.api.rest import context, routes, trajectory_routes
 from sandbox.api.rest.bodies import Ok, Readiness
 from sandbox.api.rest.errors import add_error_handlers
 from sandbox.api.rest.limits import BodyLimit
@@ -56,5 +56,6 @@ def create_app(
         return Response(body, media_type=content_type)
 
     app.include_router(routes.router())
+    app.include_router(trajectory_routes.router(routes.API_PREFIX))
     mount_webview(app, service=service, tokens=tokens, tickets=tickets or TicketIssuer(), logger=logger)
     return app

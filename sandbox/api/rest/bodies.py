@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from sandbox.models import Action, FileInfo, Model, SandboxInfo, SnapshotInfo
+from sandbox.models import Action, FileInfo, Model, Observation, SandboxInfo, SnapshotInfo
+from sandbox.trajectories.models import TrajectoryInfo
 
 
 class StepRequest(Model):
@@ -28,9 +29,39 @@ class SandboxList(Model):
 
 
 class ResetRequest(Model):
+    # fixtures travel as URL-safe base64 (RFC 4648 section 5), as screenshots do
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
     snapshot: str | None = Field(
         None, description="Reset to this snapshot of yours (kept as the sandbox's start from then on)."
     )
+    task: dict[str, Any] | None = Field(
+        None,
+        description="A task (OSWorld's task JSON) to start an episode of: the reply is then the sandbox and the "
+        "episode's first observation. Not with snapshot.",
+    )
+    fixtures: dict[str, bytes] = Field(
+        default_factory=dict,
+        description="Files the task downloads, URL -> base64 bytes, on top of the server's fixtures (48 MiB in all).",
+    )
+
+
+class EpisodeStart(Model):
+    """The reply of a reset to a task."""
+
+    sandbox: SandboxInfo
+    observation: Observation = Field(
+        description="The episode's first observation; info: {steps, truncated, reason, task_id, trajectory_id, "
+        "setup_ran, setup_steps, snapshot}."
+    )
+
+
+class Reward(Model):
+    reward: float = Field(ge=0, le=1)
+
+
+class TrajectoryList(Model):
+    trajectories: list[TrajectoryInfo]
 
 
 class SnapshotRequest(Model):

@@ -9,10 +9,12 @@ from fastapi.responses import PlainTextResponse
 
 from sandbox.api.rest.bodies import (
     ActionList,
+    EpisodeStart,
     ErrorBody,
     FileList,
     FileWritten,
     ResetRequest,
+    Reward,
     SandboxList,
     SnapshotList,
     SnapshotRequest,
@@ -20,6 +22,7 @@ from sandbox.api.rest.bodies import (
 )
 from sandbox.api.rest.context import Caller, Service
 from sandbox.api.rest.errors import GuardedRoute
+from sandbox.errors import InvalidArgument
 from sandbox.models import Exec, ExecResult, Health, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
 from sandbox.wire.convert import Renewal
 
@@ -75,10 +78,26 @@ def router() -> APIRouter:
     @router.post("/sandboxes/{sandbox_id}/reset", tags=["sandboxes"])
     async def reset_sandbox(
         sandbox_id: str, caller: Caller, service: Service, body: Annotated[ResetRequest | None, Body()] = None
-    ) -> SandboxInfo:
-        """Back to the initial state; the body (optional) names a snapshot to reset to instead."""
+    ) -> SandboxInfo | EpisodeStart:
+        """Back to the initial state; the body (optional) names a snapshot to reset to instead, or a task to start an
+        episode of (the reply is then the sandbox and the episode's first observation)."""
         snapshot = body.snapshot if body is not None else None
+        if body is not None and body.task is not None:
+            if snapshot is not None:
+                raise InvalidArgument("reset to a task or to a snapshot, not both")
+            task = service.load_task(body.task, fixtures=body.fixtures)
+            info, obs = await service.reset_to_task(caller, sandbox_id, task)
+            return EpisodeStart(sandbox=info, observation=obs)
         return await service.reset(caller, sandbox_id, snapshot=snapshot)
+
+    @router.post(
+        "/sandboxes/{sandbox_id}/evaluate",
+        responses={409: {"model": ErrorBody, "description": "The sandbox runs no episode: reset it to a task."}},
+        tags=["episodes"],
+    )
+    async def evaluate(sandbox_id: str, caller: Caller, service: Service) -> Reward:
+        """Score the sandbox's episode with its task's evaluator: the reward in [0, 1]."""
+        return Reward(reward=await service.evaluate(caller, sandbox_id))
 
     @router.post(
         "/sandboxes/{sandbox_id}/renew",

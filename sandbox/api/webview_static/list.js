@@ -104,5 +104,33 @@ function refreshThumb(entry) {
   next.src = `/view/api/sandboxes/${encodeURIComponent(entry.id)}/thumbnail?t=${nowMs}`;
 }
 
+// Recorded episodes, newest first, each a link to its replay page.
+async function refreshTrajectories() {
+  let body;
+  try {
+    const response = await fetch("/view/api/trajectories", { cache: "no-store" });
+    if (!response.ok) return;
+    body = await response.json();
+  } catch (_) {
+    return;
+  }
+  const shown = body.trajectories;
+  document.getElementById("trajectory-count").textContent =
+    `${body.total} trajector${body.total === 1 ? "y" : "ies"}${body.total > shown.length ? ` (newest ${shown.length})` : ""}`;
+  document.getElementById("no-trajectories").hidden = shown.length > 0;
+  const head = el("tr", {}, ...["trajectory", "task", "kind", "steps", "ended", "reward", "started"].map((h) => el("th", { text: h })));
+  const rows = shown.map((t) => el("tr", { "data-trajectory": t.id },
+    el("td", {}, el("a", { class: "mono", href: `/view/trajectories/${t.id}`, text: t.id })),
+    el("td", { text: t.task_id || "-" }),
+    el("td", {}, badge(t.kind, `kind-${t.kind}`)),
+    el("td", { text: String(t.steps) }),
+    el("td", { text: t.done ? `${t.reason}${t.truncated ? " (truncated)" : ""}` : (t.reason || "running") }),
+    el("td", { text: t.reward === null ? "-" : String(t.reward) }),
+    el("td", { text: clock(t.started_at) })));
+  document.getElementById("trajectories").replaceChildren(...(shown.length ? [head] : []), ...rows);
+}
+
 refresh();
 setInterval(refresh, LIST_EVERY_MS);
+refreshTrajectories();
+setInterval(refreshTrajectories, LIST_EVERY_MS * 2);

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -29,7 +30,7 @@ import requests.exceptions
 from docker.models.containers import Container
 
 from sandbox.agent_client import AgentClient
-from sandbox.aio import settled
+from sandbox.aio import raise_if_cancelled, settled
 from sandbox.backends.base import (
     INSTANCE_ENV,
     LABEL_INSTANCE,
@@ -86,11 +87,17 @@ def _state_of(container: Container) -> RuntimeState:
         return RuntimeState.RUNNING
     if status in ("created", "restarting"):
         return RuntimeState.STARTING
+    if status == "paused":
+        return RuntimeState.PAUSED
     return RuntimeState.EXITED
 
 
 def _created_at(container: Container) -> float:
-    raw = str(container.attrs.get("Created", ""))
+    return _timestamp(str(container.attrs.get("Created", "")))
+
+
+def _timestamp(raw: str) -> float:
+    """The engine's RFC 3339 time (nanoseconds, Z) as a Unix time; 0 when it does not parse."""
     with contextlib.suppress(ValueError):
         return datetime.fromisoformat(raw[:26].rstrip("Z") + "+00:00").timestamp()
     return 0.0
@@ -99,7 +106,12 @@ def _created_at(container: Container) -> float:
 def _from_summary(summary: dict[str, Any]) -> BackendInstance:
     labels = dict(summary.get("Labels") or {})
     status = str(summary.get("State", ""))
-    state = {"running": RuntimeState.RUNNING, "created": RuntimeState.STARTING, "restarting": RuntimeState.STARTING}
+    state = {
+        "running": RuntimeState.RUNNING,
+        "created": RuntimeState.STARTING,
+        "restarting": RuntimeState.STARTING,
+        "paused": RuntimeState.PAUSED,
+    }
     exit_code = re.search(r"Exited \((-?\d+)\)", str(summary.get("Status", "")))
     return BackendInstance(
         id=labels.get(LABEL_INSTANCE, ""),
@@ -166,6 +178,7 @@ class DockerBackend(Backend):
             await settled(_call(f"start instance {instance_id}", container.start))
             await self._wait_ready(instance_id, ready_timeout)
             await _call(f"inspect instance {instance_id}", container.reload)
+            raise_if_cancelled()
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.destroy(instance_id))
@@ -366,7 +379,9 @@ class DockerBackend(Backend):
                 found.append(BackendSnapshot(ref=tag, record=record if isinstance(record, dict) else None))
         return found
 
-    async def collect_snapshots(self, *, keep: set[str]) -> list[str]:
+    async def collect_snapshots(
+        self, *, keep: set[str], only: set[str] | None = None, min_age_s: float = 0.0
+    ) -> list[str]:
         filters = {"label": [f"{LABEL_OWNER}={self.config.owner}", LABEL_SNAPSHOT]}
         images = await _call("list snapshots", self.client.images.list, filters=filters)
         containers = await _call(
@@ -377,10 +392,15 @@ class DockerBackend(Backend):
         )
         in_use = {c.get("Image") for c in containers} | {c.get("ImageID") for c in containers}
         removed = []
+        now = time.time()
         for image in images:
             tags = set(image.tags)
             if tags & keep or tags & in_use or image.id in in_use:
                 continue
+            if only is not None and not tags & only:
+                continue
+            if now - _timestamp(str(image.attrs.get("Created", ""))) < min_age_s:
+                continue  # committed a moment ago: the record naming it may not be stored yet
             for tag in tags or {image.id}:
                 try:
                     await _call(f"remove snapshot {tag}", self.client.images.remove, tag, noprune=False)

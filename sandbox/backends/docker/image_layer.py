@@ -1,5 +1,6 @@
 """The top layer: a generated Dockerfile ``FROM`` the base adds the ``sandbox`` user, the recipe's files and the
-in-sandbox agent; built from an in-memory context and tagged ``sandbox/<kind>:<image hash>``."""
+in-sandbox agent (the control plane's: the platform's wheels, see ``image_controlplane``); built from an in-memory
+context with no network (everything it needs is in the context) and tagged ``<repository>:<image hash>``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import collections
 import io
 import tarfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import docker
@@ -18,6 +20,7 @@ from sandbox.backends.docker.image_recipe import (
     LABEL_MANAGED_BY,
     LABEL_STAGE,
     MANAGED_BY,
+    FileEntry,
     Recipe,
 )
 from sandbox.errors import ImageBuildError
@@ -25,20 +28,23 @@ from sandbox.errors import ImageBuildError
 _BUILD_CHATTER = (" ---> ", "Removing intermediate container")
 
 
-def build_layer(client: docker.DockerClient, recipe: Recipe, say: Progress, force: bool) -> None:
-    """Make ``recipe.versioned_tag`` on top of ``recipe.base_tag``; ``force`` disables the build cache."""
-    say(f"agent: building {recipe.versioned_tag}")
+def build_layer(
+    client: docker.DockerClient, recipe: Recipe, say: Progress, force: bool, extra: Sequence[FileEntry] = ()
+) -> None:
+    """Make ``recipe.versioned_tag`` on top of ``recipe.base_tag``; ``force`` disables the build cache; ``extra``
+    joins the recipe's files in the build context (the control plane's wheels)."""
+    say(f"{recipe.stage}: building {recipe.versioned_tag}")
     started = time.monotonic()
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_KIND: recipe.kind,
-        LABEL_STAGE: "agent",
+        LABEL_STAGE: recipe.stage,
         LABEL_HASH: recipe.image_hash,
     }
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
     try:
         stream = client.api.build(
-            fileobj=_build_context(recipe),
+            fileobj=_build_context(recipe, extra),
             custom_context=True,
             tag=recipe.versioned_tag,
             pull=False,
@@ -46,6 +52,7 @@ def build_layer(client: docker.DockerClient, recipe: Recipe, say: Progress, forc
             forcerm=True,
             nocache=force,
             labels=labels,
+            network_mode="none",
             decode=True,
         )
         for chunk in stream:
@@ -53,7 +60,7 @@ def build_layer(client: docker.DockerClient, recipe: Recipe, say: Progress, forc
     except ENGINE_ERRORS as e:
         raise ImageBuildError(failure(f"building {recipe.versioned_tag} failed: {explain(e)}", tail)) from e
     elapsed = time.monotonic() - started
-    say(f"agent: done in {elapsed:.1f}s ({recipe.versioned_tag}, {size_mb(client, recipe.versioned_tag)} MB)")
+    say(f"{recipe.stage}: done in {elapsed:.1f}s ({recipe.versioned_tag}, {size_mb(client, recipe.versioned_tag)} MB)")
 
 
 def _follow_build(chunk: dict[str, Any], tail: collections.deque[str], say: Progress, recipe: Recipe) -> None:
@@ -66,10 +73,10 @@ def _follow_build(chunk: dict[str, Any], tail: collections.deque[str], say: Prog
                 say(f"docker build | {line}")
 
 
-def _build_context(recipe: Recipe) -> io.BytesIO:
+def _build_context(recipe: Recipe, extra: Sequence[FileEntry] = ()) -> io.BytesIO:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, content, mode in (("Dockerfile", recipe.dockerfile.encode(), 0o644), *recipe.files):
+        for name, content, mode in (("Dockerfile", recipe.dockerfile.encode(), 0o644), *recipe.files, *extra):
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(content), mode, 0
             tar.addfile(info, io.BytesIO(content))

@@ -1,9 +1,12 @@
 """What goes into one kind's images, and the hashes that name them (no Docker engine needed).
 
-The base stage hashes the package list of ``images/<kind>/packages.txt``, the Debian suite and the mmdebstrap and
-import options; the top layer hashes the base hash, the generated Dockerfile and every file copied in: the
-``images/<kind>/rootfs/`` overlay, ``images/common/lib.sh``, ``images/<kind>/entrypoint.sh`` and the in-sandbox agent
-(``sandbox/__init__.py``, ``sandbox/protocol.py`` and every source file under ``sandbox/agent/``).
+The base stage hashes the package list of ``images/<kind>/packages.txt``, the mmdebstrap hook scripts of
+``images/<kind>/hooks/`` (if any), the Debian suite and the mmdebstrap and import options; the top layer hashes the
+base hash, the generated Dockerfile and every file copied in: the ``images/<kind>/rootfs/`` overlay,
+``images/common/lib.sh``, ``images/<kind>/entrypoint.sh`` and the in-sandbox agent (``sandbox/__init__.py``,
+``sandbox/protocol.py`` and every source file under ``sandbox/agent/``), and in the browser and desktop images the
+games of ``sandbox/games/``. The control-plane image's recipe is
+``image_controlplane``'s, made of the same parts.
 """
 
 from __future__ import annotations
@@ -15,9 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sandbox
+from sandbox import games
 from sandbox.errors import ImageBuildError, InvalidArgument
 
 KINDS = ("terminal", "desktop", "browser")
+"""The sandbox kinds, whose images ``sandbox images build`` makes by default."""
+CONTROLPLANE = "controlplane"
+IMAGE_KINDS = (*KINDS, CONTROLPLANE)
+"""Every image the platform builds: the sandbox kinds and the control plane (built on demand)."""
 SUITE = "bookworm"
 BASE_REPO = "sandbox-base"
 IMAGE_REPO = "sandbox"
@@ -65,7 +73,7 @@ DOCKERFILE_TEMPLATE = """\
 FROM {base_tag}
 RUN groupadd --gid {uid} sandbox \\
  && useradd --uid {uid} --gid {uid} --create-home --home-dir /home/sandbox --shell /bin/bash sandbox \\
- && install -d -o {uid} -g {uid} -m 0755 /workspace /run/sandbox /home/sandbox/.config \\
+ && install -d -o {uid} -g {uid} -m 0755 /workspace /run/sandbox /home/sandbox/.config /home/sandbox/Desktop \\
  && install -d -o 0 -g 0 -m 1777 /tmp/.X11-unix
 {copy_rootfs}COPY opt/ /opt/
 RUN python3 -m compileall -q /opt/sandbox-agent
@@ -76,6 +84,10 @@ CMD ["/opt/sandbox/entrypoint.sh"]
 """
 
 
+FileEntry = tuple[str, bytes, int]
+"""(path, content, mode) of a file that goes into a build."""
+
+
 @dataclass(frozen=True)
 class Recipe:
     """Everything that goes into one kind's images, and the hashes that name them."""
@@ -84,9 +96,16 @@ class Recipe:
     packages: tuple[str, ...]
     base_hash: str
     dockerfile: str
-    files: tuple[tuple[str, bytes, int], ...]
+    files: tuple[FileEntry, ...]
     """The build context besides the Dockerfile: (path in the context, content, mode)."""
     image_hash: str
+    hooks: tuple[FileEntry, ...] = ()
+    """mmdebstrap hook scripts (``images/<kind>/hooks/``), given to it as ``--hook-directory``."""
+    project: tuple[FileEntry, ...] = ()
+    """The control plane's: the project files (pyproject.toml, the package) that ``pip wheel`` turns into the
+    wheels the top layer installs; the wheels join the build context under ``wheels/`` at build time."""
+    stage: str = "agent"
+    """The top layer's name in progress lines and in the ``sandbox.image.stage`` label."""
 
     @property
     def base_tag(self) -> str:
@@ -115,26 +134,21 @@ def recipe_hash(kind: str, *, recipes_dir: Path | None = None) -> str:
 def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
     check_kind(kind)
     recipe_dir = (recipes_dir or DEFAULT_RECIPES_DIR) / kind
-    packages = _read_packages(recipe_dir / "packages.txt")
-    base_hash = _digest(
-        [
-            json.dumps(
-                {"suite": SUITE, "packages": packages, "options": MMDEBSTRAP_OPTIONS, "changes": IMPORT_CHANGES},
-                sort_keys=True,
-            ).encode()
-        ]
-    )
+    packages = read_packages(recipe_dir / "packages.txt")
+    hooks = hook_files(recipe_dir / "hooks")
+    base_hash = base_digest(packages, hooks)
     base_tag = f"{BASE_REPO}/{kind}:{base_hash[:HASH_LEN]}"
     overlay = _overlay_files(recipe_dir / "rootfs")
     dockerfile = _dockerfile(kind, base_tag, has_overlay=bool(overlay))
     files = (
         *overlay,
-        ("opt/sandbox/lib.sh", _read(recipe_dir.parent / "common" / "lib.sh"), 0o644),
-        ("opt/sandbox/entrypoint.sh", _read(recipe_dir / "entrypoint.sh"), 0o755),
+        ("opt/sandbox/lib.sh", read(recipe_dir.parent / "common" / "lib.sh"), 0o644),
+        ("opt/sandbox/entrypoint.sh", read(recipe_dir / "entrypoint.sh"), 0o755),
         *_agent_files(),
+        *(_game_files() if kind in games.IMAGE_KINDS else ()),
     )
-    image_hash = _digest([base_hash.encode(), dockerfile.encode(), *_flatten(files)])
-    return Recipe(kind, packages, base_hash, dockerfile, files, image_hash)
+    image_hash = digest([base_hash.encode(), dockerfile.encode(), *flatten(files)])
+    return Recipe(kind, packages, base_hash, dockerfile, files, image_hash, hooks=tuple(hooks))
 
 
 def check_kind(kind: str) -> None:
@@ -142,15 +156,38 @@ def check_kind(kind: str) -> None:
         raise InvalidArgument(f"unknown image kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
-def _read(path: Path) -> bytes:
+def base_digest(packages: tuple[str, ...], hooks: Iterable[FileEntry]) -> str:
+    """The base stage's hash; hooks count only when there are some, so a recipe without any keeps its hash."""
+    recipe: dict[str, object] = {
+        "suite": SUITE,
+        "packages": packages,
+        "options": MMDEBSTRAP_OPTIONS,
+        "changes": IMPORT_CHANGES,
+    }
+    hook_list = list(hooks)
+    if hook_list:
+        recipe["hooks"] = digest(flatten(hook_list))
+    return digest([json.dumps(recipe, sort_keys=True).encode()])
+
+
+def hook_files(root: Path) -> list[FileEntry]:
+    """``images/<kind>/hooks/*``: mmdebstrap runs those named ``setup*``, ``extract*``, ``essential*`` or
+    ``customize*`` at that stage, in name order, with the root file system's directory as ``$1``."""
+    if not root.is_dir():
+        return []
+    paths = sorted(p for p in root.iterdir() if p.is_file())
+    return [(p.name, read(p), 0o755) for p in paths]
+
+
+def read(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as e:
         raise ImageBuildError(f"cannot read image recipe file {path}: {e}") from e
 
 
-def _read_packages(path: Path) -> tuple[str, ...]:
-    names = (line.split("#", 1)[0].strip() for line in _read(path).decode().splitlines())
+def read_packages(path: Path) -> tuple[str, ...]:
+    names = (line.split("#", 1)[0].strip() for line in read(path).decode().splitlines())
     packages = tuple(sorted({name for name in names if name}))
     if not packages:
         raise ImageBuildError(f"{path} lists no packages")
@@ -173,35 +210,41 @@ def _dockerfile(kind: str, base_tag: str, *, has_overlay: bool) -> str:
     )
 
 
-def _overlay_files(root: Path) -> list[tuple[str, bytes, int]]:
+def _overlay_files(root: Path) -> list[FileEntry]:
     """Files under ``images/<kind>/rootfs/`` land at the same path in the image, owned by root, modes kept."""
     if not root.is_dir():
         return []
     paths = sorted(p for p in root.rglob("*") if p.is_file())
     return [
-        (f"rootfs/{p.relative_to(root).as_posix()}", _read(p), 0o755 if p.stat().st_mode & 0o111 else 0o644)
+        (f"rootfs/{p.relative_to(root).as_posix()}", read(p), 0o755 if p.stat().st_mode & 0o111 else 0o644)
         for p in paths
     ]
 
 
-def _agent_files() -> list[tuple[str, bytes, int]]:
+def _agent_files() -> list[FileEntry]:
     sources = [PACKAGE_DIR / "__init__.py", PACKAGE_DIR / "protocol.py"]
-    sources += sorted(p for p in (PACKAGE_DIR / "agent").rglob("*") if p.is_file() and _is_source(p))
-    return [(f"opt/sandbox-agent/sandbox/{p.relative_to(PACKAGE_DIR).as_posix()}", _read(p), 0o644) for p in sources]
+    sources += sorted(p for p in (PACKAGE_DIR / "agent").rglob("*") if p.is_file() and is_source(p))
+    return [(f"opt/sandbox-agent/sandbox/{p.relative_to(PACKAGE_DIR).as_posix()}", read(p), 0o644) for p in sources]
 
 
-def _is_source(path: Path) -> bool:
+def _game_files() -> list[FileEntry]:
+    """The browser games (``sandbox/games``), at ``/opt/sandbox/games`` in the image."""
+    root = games.IMAGE_DIR.lstrip("/")
+    return [(f"{root}/{name}", content, 0o644) for name, content in games.asset_files()]
+
+
+def is_source(path: Path) -> bool:
     return "__pycache__" not in path.parts and path.suffix not in {".pyc", ".pyo"}
 
 
-def _flatten(files: Iterable[tuple[str, bytes, int]]) -> Iterator[bytes]:
+def flatten(files: Iterable[FileEntry]) -> Iterator[bytes]:
     for name, content, mode in files:
         yield name.encode()
         yield f"{mode:o}".encode()
         yield content
 
 
-def _digest(parts: Iterable[bytes]) -> str:
+def digest(parts: Iterable[bytes]) -> str:
     h = hashlib.sha256()
     for part in parts:
         h.update(len(part).to_bytes(8, "big"))

@@ -1,5 +1,5 @@
-"""The base stage: ``mmdebstrap`` makes a Debian root file system from the recipe's package list, and
-``docker import`` turns it into ``sandbox-base/<kind>:<base hash>``."""
+"""The base stage: ``mmdebstrap`` makes a Debian root file system from the recipe's package list (running the
+recipe's hook scripts, if any), and ``docker import`` turns it into ``sandbox-base/<kind>:<base hash>``."""
 
 from __future__ import annotations
 
@@ -37,23 +37,38 @@ def build_base(client: docker.DockerClient, recipe: Recipe, say: Progress) -> No
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sandbox-image-") as tmp:
         rootfs = Path(tmp) / "rootfs.tar"
-        _run_mmdebstrap(recipe, rootfs, say)
+        hooks = _write_hooks(recipe, Path(tmp) / "hooks")
+        _run_mmdebstrap(recipe, rootfs, hooks, say)
         say(f"base: importing {rootfs.stat().st_size / 1e6:.0f} MB root file system")
         _import_rootfs(client, recipe, rootfs)
     elapsed = time.monotonic() - started
     say(f"base: done in {elapsed:.1f}s ({recipe.base_tag}, {size_mb(client, recipe.base_tag)} MB)")
 
 
-def _mmdebstrap_command(recipe: Recipe, output: Path) -> list[str]:
-    return ["mmdebstrap", *MMDEBSTRAP_OPTIONS, f"--include={','.join(recipe.packages)}", SUITE, str(output)]
+def _write_hooks(recipe: Recipe, directory: Path) -> Path | None:
+    """The recipe's hook scripts, exactly the bytes hashed, in a directory for ``--hook-directory``."""
+    if not recipe.hooks:
+        return None
+    directory.mkdir()
+    for name, content, mode in recipe.hooks:
+        path = directory / name
+        path.write_bytes(content)
+        path.chmod(mode)
+    return directory
 
 
-def _run_mmdebstrap(recipe: Recipe, output: Path, say: Progress) -> None:
+def _mmdebstrap_command(recipe: Recipe, output: Path, hooks: Path | None = None) -> list[str]:
+    hook_options = [f"--hook-directory={hooks}"] if hooks else []
+    include = f"--include={','.join(recipe.packages)}"
+    return ["mmdebstrap", *MMDEBSTRAP_OPTIONS, *hook_options, include, SUITE, str(output)]
+
+
+def _run_mmdebstrap(recipe: Recipe, output: Path, hooks: Path | None, say: Progress) -> None:
     if shutil.which("mmdebstrap") is None:
         raise ImageBuildError("mmdebstrap is not installed; run scripts/setup.sh or `apt-get install mmdebstrap`")
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
     with subprocess.Popen(
-        _mmdebstrap_command(recipe, output),
+        _mmdebstrap_command(recipe, output, hooks),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

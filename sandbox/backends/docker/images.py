@@ -9,20 +9,26 @@
    ``sandbox/<kind>:<hash12>`` and ``sandbox/<kind>:latest``, the hash covering the base hash, the Dockerfile and every
    file copied in.
 
+The control-plane image (``controlplane``, not built by default) has the same base stage and, on top, the platform
+installed from wheels built on the host (``image_controlplane``). ``push_images`` tags images for a registry and
+pushes them (``image_push``).
+
 What goes in and the hashes are ``image_recipe``'s. A stage whose tag already exists is skipped, so a rebuild with no
 change takes well under a second. Synchronous: call it from a thread in async code. The command line is
-``sandbox images build|check|prune`` (sandbox/cli.py).
+``sandbox images build|check|prune|push`` (sandbox/cli.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
 
+from sandbox import __version__
+from sandbox.backends.docker.image_controlplane import INSTALL_STAGE, build_wheels, load_controlplane_recipe
 from sandbox.backends.docker.image_engine import (
     ENGINE_ERRORS,
     Progress,
@@ -33,7 +39,10 @@ from sandbox.backends.docker.image_engine import (
     image_id,
 )
 from sandbox.backends.docker.image_layer import build_layer
+from sandbox.backends.docker.image_push import check_registry, check_tag, push_recipe
 from sandbox.backends.docker.image_recipe import (
+    CONTROLPLANE,
+    IMAGE_KINDS,
     KINDS,
     LABEL_KIND,
     LABEL_MANAGED_BY,
@@ -41,13 +50,14 @@ from sandbox.backends.docker.image_recipe import (
     MANAGED_BY,
     Recipe,
     image_tag,
-    load_recipe,
-    recipe_hash,
 )
+from sandbox.backends.docker.image_recipe import load_recipe as load_sandbox_recipe
 from sandbox.backends.docker.image_rootfs import build_base
-from sandbox.errors import ImageBuildError
+from sandbox.errors import ImageBuildError, InvalidArgument
 
 __all__ = [
+    "CONTROLPLANE",
+    "IMAGE_KINDS",
     "KINDS",
     "ImageBuildError",
     "Progress",
@@ -57,8 +67,27 @@ __all__ = [
     "load_recipe",
     "outdated",
     "prune",
+    "push_images",
     "recipe_hash",
 ]
+
+
+def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
+    """The recipe of one of ``IMAGE_KINDS``: a sandbox kind or the control plane."""
+    if kind == CONTROLPLANE:
+        return load_controlplane_recipe(recipes_dir=recipes_dir)
+    if kind not in KINDS:
+        raise InvalidArgument(f"unknown image {kind!r}; expected one of {', '.join(IMAGE_KINDS)}")
+    return load_sandbox_recipe(kind, recipes_dir=recipes_dir)
+
+
+def recipe_hash(kind: str, *, recipes_dir: Path | None = None) -> str:
+    """The full hash of ``kind``'s current recipe; images carry it in the ``sandbox.image.recipe-hash`` label."""
+    return load_recipe(kind, recipes_dir=recipes_dir).image_hash
+
+
+def _load_all(kinds: Iterable[str], recipes_dir: Path | None) -> list[Recipe]:
+    return [load_recipe(kind, recipes_dir=recipes_dir) for kind in dict.fromkeys(kinds)]
 
 
 def build_images(
@@ -70,7 +99,7 @@ def build_images(
     recipes_dir: Path | None = None,
 ) -> dict[str, str]:
     """Build (or find up to date) the images of ``kinds``; returns kind → the hash-versioned image tag."""
-    recipes = [load_recipe(kind, recipes_dir=recipes_dir) for kind in kinds]
+    recipes = _load_all(kinds, recipes_dir)
     with engine(client) as docker_client:
         return {recipe.kind: _build_kind(docker_client, recipe, progress, force) for recipe in recipes}
 
@@ -79,7 +108,7 @@ def outdated(
     kinds: Sequence[str], *, client: docker.DockerClient | None = None, recipes_dir: Path | None = None
 ) -> list[str]:
     """The kinds among ``kinds`` whose ``:latest`` image is missing or not built from the current recipe."""
-    recipes = [load_recipe(kind, recipes_dir=recipes_dir) for kind in kinds]
+    recipes = _load_all(kinds, recipes_dir)
     with engine(client) as docker_client:
         return [recipe.kind for recipe in recipes if not _is_current(docker_client, recipe)]
 
@@ -96,24 +125,53 @@ def prune(
     Keeps the current recipe's images, whatever ``:latest`` points to, and anything a container still uses.
     Not part of ``build_images``: another checkout sharing the engine may be using an older recipe.
     """
-    recipes = [load_recipe(kind, recipes_dir=recipes_dir) for kind in kinds]
+    recipes = _load_all(kinds, recipes_dir)
     with engine(client) as docker_client:
         return [
             ref for recipe in recipes for ref in _prune_kind(docker_client, recipe, _prefixed(progress, recipe.kind))
         ]
 
 
+def push_images(
+    registry: str,
+    kinds: Sequence[str],
+    *,
+    client: docker.DockerClient | None = None,
+    progress: Progress = print,
+    build: bool = True,
+    extra_tags: Sequence[str] = (),
+    recipes_dir: Path | None = None,
+) -> dict[str, str]:
+    """Tag the images of ``kinds`` as ``<registry>/sandbox/<kind>:<hash>``, ``:latest`` and ``:<platform version>``
+    (the Helm chart's default tag, its appVersion), and ``extra_tags``, and push them; returns each pushed reference
+    -> its digest. ``build`` first builds what is missing or out of date (cached: seconds when nothing changed);
+    without it, an image not built from the current recipe is an error. Stops at the first failure: ``Unavailable``
+    when the registry cannot be reached, ``BackendError`` otherwise."""
+    registry = check_registry(registry)
+    tags = list(dict.fromkeys(check_tag(tag) for tag in (*extra_tags, __version__)))
+    recipes = _load_all(kinds, recipes_dir)
+    pushed: dict[str, str] = {}
+    with engine(client) as docker_client:
+        for recipe in recipes:
+            say = _prefixed(progress, recipe.kind)
+            if build:
+                _build_kind(docker_client, recipe, progress, force=False)
+            pushed.update(push_recipe(docker_client, recipe, registry, say, tags))
+    return pushed
+
+
 def _build_kind(client: docker.DockerClient, recipe: Recipe, progress: Progress, force: bool) -> str:
     say = _prefixed(progress, recipe.kind)
     if not force and exists(client, recipe.versioned_tag):
         say(f"base: skip ({recipe.base_tag})")
-        say(f"agent: skip ({recipe.versioned_tag} exists)")
+        say(f"{recipe.stage}: skip ({recipe.versioned_tag} exists)")
     else:
         if force or not exists(client, recipe.base_tag):
             build_base(client, recipe, say)
         else:
             say(f"base: skip ({recipe.base_tag} exists)")
-        build_layer(client, recipe, say, force)
+        extra = build_wheels(recipe, say) if recipe.project else []
+        build_layer(client, recipe, say, force, extra)
     add_tag(client, recipe.versioned_tag, recipe.repository, "latest")
     return recipe.versioned_tag
 
@@ -130,7 +188,7 @@ def _is_current(client: docker.DockerClient, recipe: Recipe) -> bool:
 def _prune_kind(client: docker.DockerClient, recipe: Recipe, say: Progress) -> list[str]:
     keep = {image_id(client, ref) for ref in (recipe.versioned_tag, recipe.base_tag, f"{recipe.repository}:latest")}
     removed: list[str] = []
-    for stage in ("agent", "base"):
+    for stage in (recipe.stage, INSTALL_STAGE, "base"):
         for image in _own_images(client, recipe.kind, stage):
             if image["Id"] not in keep:
                 removed += _remove_image(client, image, say)

@@ -1,0 +1,348 @@
+"""Instances as pods on a Kubernetes cluster, through kubernetes_asyncio (nothing blocks the event loop).
+
+An instance is a Pod and a Secret holding its agent's token (manifests.py says what the pod spec does and why).
+``create`` makes the Secret, the Pod, then waits, through a watch, for the pod to run with an IP, and for the
+agent to answer healthy over TCP with the token; a spec whose image is ``archive:<name>`` is then restored from
+that snapshot archive (snapshots.py). Every call that makes something on the cluster runs to its end even when its
+caller is cancelled, and a failed or cancelled create deletes what it made: no pod or secret is left behind.
+
+The agent is reached at the pod's IP on ``agent_port``; every connection first presents the token. The token is
+kept in memory for the pods this process created and read from the Secret otherwise (never logged).
+
+What differs from Docker, by design:
+
+- ``restart`` is refused: the API cannot start a pod's container again; the kubelet already restarts a crashed
+  one in place (restartPolicy Always), and since the new container starts from the image, the backend reports a
+  restarted container as failed (status.py). The service then replaces the instance (``auto_recover``) or marks the
+  sandbox unhealthy with the reason: a holder sees a replacement or a clear error, never lost files in silence.
+- an evicted pod or one on a lost node is EXITED with the scheduler's or the node controller's reason.
+- snapshots are archives of the writable paths (snapshots.py), not images.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import secrets
+from typing import Any
+
+from sandbox.agent_client import AgentClient, _TcpTransport
+from sandbox.aio import raise_if_cancelled, settled
+from sandbox.backends.base import LABEL_INSTANCE, Backend, BackendInstance, BackendSnapshot, RuntimeState
+from sandbox.backends.kubernetes import manifests, status
+from sandbox.backends.kubernetes.api import KubeApi, core_path, policy_path
+from sandbox.backends.kubernetes.claims import claim_patch, read_claims
+from sandbox.backends.kubernetes.config import KubernetesConfig
+from sandbox.backends.kubernetes.manifests import ANNOTATION_IMAGE, ARCHIVE_PREFIX, TOKEN_KEY
+from sandbox.backends.kubernetes.snapshots import ArchiveStore, restore_archive, take_archive
+from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
+from sandbox.models import SandboxKind, SandboxSpec
+
+SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER)
+_log = logging.getLogger(__name__)
+
+
+class KubernetesBackend(Backend):
+    name = "kubernetes"
+
+    def __init__(self, config: KubernetesConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.archives = ArchiveStore(config.snapshot_dir)
+        self._api: KubeApi | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._policies_ready = False
+        self._endpoints: dict[str, tuple[str, str]] = {}
+        """Instance -> (pod IP, agent token): known for the pods this process created or reached once."""
+        self._reported: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ names, API
+
+    def pod_name(self, instance_id: str) -> str:
+        return manifests.pod_name(self.config.owner, instance_id)
+
+    def image_for(self, spec: SandboxSpec) -> str:
+        return spec.image or manifests.kind_image(self.config, spec.kind.value)
+
+    def _pods(self, name: str | None = None, sub: str | None = None) -> str:
+        return core_path(self.config.namespace, "pods", name, sub)
+
+    def _secret(self, instance_id: str) -> str:
+        return core_path(self.config.namespace, "secrets", manifests.secret_name(self.pod_name(instance_id)))
+
+    async def api(self) -> KubeApi:
+        """The API client, configured on first use (from the kubeconfig, or the pod's ServiceAccount)."""
+        if self._api is None:
+            self._connecting = self._connecting or asyncio.Lock()
+            async with self._connecting:
+                if self._api is None:
+                    self._api = await KubeApi.connect(self.config)
+        return self._api
+
+    async def ping(self) -> None:
+        api = await self.api()
+        await api.call("GET", self._pods(), what="list pods", query={"limit": 1})
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def create(
+        self, instance_id: str, spec: SandboxSpec, *, pool: str | None = None, ready_timeout: float | None = None
+    ) -> BackendInstance:
+        if spec.kind not in SUPPORTED_KINDS:
+            raise FailedPrecondition(
+                f"the kubernetes backend cannot run {spec.kind.value} sandboxes: an Android emulator needs KVM on the "
+                "node and an emulator image"
+            )
+        timeout = ready_timeout or self.config.ready_timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout
+        archive = self.archives.name_of(spec.image or "") if (spec.image or "").startswith(ARCHIVE_PREFIX) else None
+        image = manifests.kind_image(self.config, spec.kind.value) if archive else self.image_for(spec)
+        name, token = self.pod_name(instance_id), secrets.token_urlsafe(32)
+        pod_manifest = manifests.pod_manifest(self.config, instance_id=instance_id, spec=spec, image=image, pool=pool)
+        try:
+            if archive is not None:
+                await self.archives.require(archive)
+            api = await self.api()
+            await self._ensure_policies(api)
+            for mount in spec.volumes:
+                await self._ensure_volume(api, mount.name)
+            secret = manifests.secret_manifest(self.config, instance_id=instance_id, token=token)
+            # settled: a request cut off by a cancellation may still make its object; wait for the answer, so the
+            # clean-up below finds whatever was made.
+            secrets_path = core_path(self.config.namespace, "secrets")
+            await settled(api.create(secrets_path, secret, what=f"create {name}'s secret"))
+            pod = await settled(api.create(self._pods(), pod_manifest, what=f"create pod {name}"))
+            patch = manifests.owned_by_pod(pod)
+            await api.merge_patch(self._secret(instance_id), patch, what=f"attach {name}'s secret to it")
+            pod = await self._wait_running(api, pod, deadline, timeout)
+            self._endpoints[instance_id] = (str(status.pod_ip(pod)), token)
+            await self._wait_ready(instance_id, max(1.0, deadline - asyncio.get_running_loop().time()))
+            if archive is not None:
+                await restore_archive(
+                    self.agent(instance_id), self.archives, archive, restart_programs=spec.kind is SandboxKind.DESKTOP
+                )
+            raise_if_cancelled()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.destroy(instance_id))
+            raise
+        return status.describe(pod)
+
+    async def _wait_running(self, api: KubeApi, pod: dict[str, Any], deadline: float, timeout: float) -> dict[str, Any]:
+        """Follow the pod through a watch until it runs with an IP; fail early when it cannot start."""
+        loop, name = asyncio.get_running_loop(), pod["metadata"]["name"]
+        while status.pod_ip(pod) is None:
+            failure = status.startup_failure(pod)
+            if failure is not None:
+                why, image_fault = failure
+                if image_fault:
+                    raise NotFound(f"pod {name} cannot pull its image: {why}")
+                raise Unavailable(f"pod {name} cannot start: {why}")
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise Unavailable(f"pod {name} was not running within {timeout:g} s: {status.pending_reason(pod)}")
+            try:
+                async with asyncio.timeout(remaining + 1):
+                    pod = await self._next_state(api, pod, remaining)
+            except TimeoutError:
+                continue
+            except Unavailable as e:  # the watch broke (or its version expired): read the pod again
+                _log.info("watching pod %s: %s; reading it again", name, e.message)
+                await asyncio.sleep(0.2)
+                pod = await api.get(self._pods(name), what=f"read pod {name}")
+        return pod
+
+    async def _next_state(self, api: KubeApi, pod: dict[str, Any], remaining: float) -> dict[str, Any]:
+        """The pod once it runs or fails, or as last seen when the watch ends."""
+        name = pod["metadata"]["name"]
+        events = api.watch(
+            self._pods(),
+            what=f"watch pod {name}",
+            resource_version=str(pod["metadata"].get("resourceVersion", "")),
+            timeout_s=remaining,
+            fields=f"metadata.name={name}",
+        )
+        async with contextlib.aclosing(events):
+            async for kind, obj in events:
+                if kind == "DELETED":
+                    raise FailedPrecondition(f"pod {name} was deleted while it started")
+                if kind in ("ADDED", "MODIFIED"):
+                    pod = obj
+                    if status.pod_ip(pod) is not None or status.startup_failure(pod) is not None:
+                        break
+        return pod
+
+    async def _wait_ready(self, instance_id: str, timeout: float) -> None:
+        try:
+            await self.agent(instance_id).wait_ready(timeout)
+        except SandboxError as e:
+            logs = await self.logs(instance_id, tail=30)
+            raise Unavailable(
+                f"instance {instance_id} did not become ready: {e.message}\n--- its logs ---\n{logs}"
+            ) from e
+
+    async def restart(self, instance_id: str, *, ready_timeout: float | None = None) -> BackendInstance:
+        raise FailedPrecondition(
+            f"pod {self.pod_name(instance_id)} cannot be started again in place (the API has no such call, and a "
+            "container the kubelet restarts starts from its image, without the sandbox's files); replace it"
+        )
+
+    async def destroy(self, instance_id: str) -> None:
+        await self._forget_agent(instance_id)
+        self._endpoints.pop(instance_id, None)
+        self._reported.pop(instance_id, None)
+        api = await self.api()
+        name = self.pod_name(instance_id)
+        doomed = ((self._pods(name), f"delete pod {name}"), (self._secret(instance_id), f"delete {name}'s secret"))
+        for path, what in doomed:
+            with contextlib.suppress(NotFound):
+                await api.delete(path, what=what, grace_s=0)
+
+    async def inspect(self, instance_id: str) -> BackendInstance:
+        api, name = await self.api(), self.pod_name(instance_id)
+        try:
+            pod = await api.get(self._pods(name), what=f"read pod {name}")
+        except NotFound:
+            detail = f"pod {name} is not on the API server (deleted, or its namespace was)"
+            return BackendInstance(
+                id=instance_id, kind=SandboxKind.TERMINAL, ref="", state=RuntimeState.MISSING, detail=detail
+            )
+        return self._described(pod)
+
+    async def list_instances(self) -> list[BackendInstance]:
+        pods = await self._owned_pods()
+        found = [self._described(p) for p in pods if LABEL_INSTANCE in (p["metadata"].get("labels") or {})]
+        present = {i.id for i in found}  # forget what other replicas removed meanwhile
+        self._reported = {k: v for k, v in self._reported.items() if k in present}
+        self._endpoints = {k: v for k, v in self._endpoints.items() if k in present}
+        return found
+
+    async def _owned_pods(self) -> list[dict[str, Any]]:
+        api = await self.api()
+        listing = await api.list(self._pods(), what="list pods", selector=manifests.owner_selector(self.config))
+        return list(listing.get("items") or [])
+
+    def _described(self, pod: dict[str, Any]) -> BackendInstance:
+        """The pod as an instance (``detail`` says why it is not running); the first time a pod is seen failed, say
+        why in the log too."""
+        instance = status.describe(pod)
+        detail = instance.detail
+        if instance.state is RuntimeState.EXITED and detail and self._reported.get(instance.id) != detail:
+            self._reported[instance.id] = detail
+            _log.warning("%s", detail, extra={"instance": instance.id})
+        return instance
+
+    async def logs(self, instance_id: str, *, tail: int = 200) -> str:
+        api, name = await self.api(), self.pod_name(instance_id)
+        query = {"container": manifests.CONTAINER, "tailLines": tail}
+        try:
+            return await api.text(self._pods(name, "log"), what=f"logs of pod {name}", query=query)
+        except (NotFound, InvalidArgument):  # no such pod, or its container has not started yet
+            return ""
+
+    # ------------------------------------------------------------------ namespace objects
+
+    async def _ensure_policies(self, api: KubeApi) -> None:
+        """This owner's NetworkPolicies, made once per process (an existing one is left as it is)."""
+        if self._policies_ready or not self.config.manage_network_policies:
+            return
+        cp_namespace = self.config.control_plane_namespace or os.environ.get("POD_NAMESPACE") or self.config.namespace
+        for policy in manifests.network_policies(self.config, control_plane_namespace=cp_namespace):
+            with contextlib.suppress(FailedPrecondition):  # 409: it exists
+                what = f"create NetworkPolicy {policy['metadata']['name']}"
+                await settled(api.create(policy_path(self.config.namespace), policy, what=what))
+        self._policies_ready = True
+
+    async def _ensure_volume(self, api: KubeApi, volume: str) -> None:
+        claim = manifests.volume_claim_manifest(self.config, volume)
+        path = core_path(self.config.namespace, "persistentvolumeclaims")
+        name = claim["metadata"]["name"]
+        try:
+            await api.get(f"{path}/{name}", what=f"read volume claim {name}")
+        except NotFound:
+            with contextlib.suppress(FailedPrecondition):  # made meanwhile by another start
+                await settled(api.create(path, claim, what=f"create volume claim {name}"))
+
+    # ------------------------------------------------------------------ claims
+
+    async def set_claim(self, instance_id: str, claim: dict[str, Any]) -> None:
+        api, name = await self.api(), self.pod_name(instance_id)
+        await api.merge_patch(self._pods(name), claim_patch(claim), what=f"attach the claim to pod {name}")
+
+    async def claims(self) -> dict[str, dict[str, Any]]:
+        return read_claims(await self._owned_pods())
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def snapshot(self, instance_id: str, name: str, *, record: dict[str, Any] | None = None) -> str:
+        engine = await self.inspect(instance_id)
+        if engine.state is not RuntimeState.RUNNING:
+            raise FailedPrecondition(f"instance {instance_id} is {engine.state.value}: nothing to snapshot")
+        archive = self.archives.safe_name(name)
+        await take_archive(self.agent(instance_id), self.archives, archive, record=record)
+        return ARCHIVE_PREFIX + archive
+
+    async def list_snapshots(self) -> list[BackendSnapshot]:
+        return await self.archives.entries()
+
+    async def collect_snapshots(
+        self, *, keep: set[str], only: set[str] | None = None, min_age_s: float = 0.0
+    ) -> list[str]:
+        in_use = {(p["metadata"].get("annotations") or {}).get(ANNOTATION_IMAGE, "") for p in await self._owned_pods()}
+        return await self.archives.collect(keep=keep | in_use, only=only, min_age_s=min_age_s)
+
+    # ------------------------------------------------------------------ the agent
+
+    def _connect_agent(self, instance_id: str) -> AgentClient:
+        label = f"instance {instance_id}"
+        known = self._endpoints.get(instance_id)
+        if known is not None:
+            return AgentClient.tcp(known[0], self.config.agent_port, token=known[1], label=label)
+        return AgentClient(label=label, transport=_PodTransport(self, instance_id))
+
+    async def resolve(self, instance_id: str) -> tuple[str, str]:
+        """The pod's IP and its agent's token, read from the API server (then kept)."""
+        known = self._endpoints.get(instance_id)
+        if known is not None:
+            return known
+        api, name = await self.api(), self.pod_name(instance_id)
+        try:
+            pod = await api.get(self._pods(name), what=f"read pod {name}")
+            secret = await api.get(self._secret(instance_id), what=f"read {name}'s secret")
+        except NotFound as e:
+            raise Unavailable(f"the agent of instance {instance_id} cannot be reached: {e.message}") from e
+        ip = status.pod_ip(pod)
+        encoded = (secret.get("data") or {}).get(TOKEN_KEY)
+        if ip is None or not encoded:
+            _, _, detail = status.judge(pod)
+            raise Unavailable(f"the agent of instance {instance_id} cannot be reached: {detail}")
+        found = (ip, base64.b64decode(encoded).decode())
+        self._endpoints[instance_id] = found
+        return found
+
+    async def close(self) -> None:
+        await super().close()
+        if self._api is not None:
+            api, self._api = self._api, None
+            await api.close()
+
+
+class _PodTransport(_TcpTransport):
+    """TCP to a pod whose IP and token are looked up on the first connection (a pod another replica, or an earlier
+    run of this one, created)."""
+
+    def __init__(self, backend: KubernetesBackend, instance_id: str) -> None:
+        super().__init__(backend.pod_name(instance_id), backend.config.agent_port, "unresolved")
+        self._backend = backend
+        self._instance = instance_id
+        self._resolved = False
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if not self._resolved:
+            self._host, self._token = await self._backend.resolve(self._instance)
+            self.address = f"{self._host}:{self._port}"
+            self._resolved = True
+        return await super().connect()

@@ -1,0 +1,116 @@
+"""The Kubernetes backend's settings (no kubernetes import here: the server reads them before choosing a backend).
+
+The keys match what the Helm chart and the kustomize base render into ``server.json`` (``images``,
+``image_pull_policy``, ``volume_access_mode`` ...), so a rendered config validates here as it is.
+
+Shared volumes are PersistentVolumeClaims of ``storage_class`` with ``volume_access_mode`` (ReadWriteMany by
+default: sandboxes on any node mount the same volume). Where the class cannot provide ReadWriteMany (most block
+storage: EBS, GCE PD, Ceph RBD, local-path), the claim stays Pending, the pods that mount it stay unscheduled, and
+``create`` fails after ``ready_timeout_s`` with the scheduler's reason in its message. Choose a class that has it
+(NFS, CephFS, EFS, Filestore, Longhorn RWX), or set ``volume_access_mode: ReadWriteOnce``: then every pod sharing a
+volume must run on the node that mounted it first; pods placed elsewhere stay in ContainerCreating (the attach
+fails with a Multi-Attach error) and ``create`` fails the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
+
+
+class Toleration(BaseModel):
+    """One entry of a pod's ``tolerations``, in the Kubernetes shape (camelCase keys)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    key: str | None = Field(None, max_length=316, description="The taint key tolerated; empty with Exists: all.")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="Equal: key and value match; Exists: key.")
+    value: str | None = Field(None, max_length=63, description="The taint value (with Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="The taint effect tolerated; all effects when omitted."
+    )
+    toleration_seconds: int | None = Field(
+        None, alias="tolerationSeconds", description="With NoExecute: how long the pod stays once tainted."
+    )
+
+    def manifest(self) -> dict[str, object]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class KubernetesConfig(BaseModel):
+    """Instances as pods in one namespace of a Kubernetes cluster."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["kubernetes"] = Field("kubernetes", description="Selects this backend in server.json.")
+    namespace: str = Field("sandboxes", pattern=DNS_LABEL, description="The namespace the sandbox pods live in.")
+    kubeconfig: str | None = Field(
+        None, description="Path of a kubeconfig file; None: the in-cluster ServiceAccount (the control plane's pod)."
+    )
+    context: str | None = Field(None, description="Context of the kubeconfig; None: its current context.")
+    owner: str = Field(
+        "default",
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+        description="Value of the sandbox.owner label: this control plane's pods, and only them, are its own. "
+        "Stricter than the Docker backend's (a DNS label of at most 40): it is part of pod and secret names.",
+    )
+    image_prefix: str = Field("sandbox", description="Images are <prefix>/<kind>:latest unless named otherwise.")
+    images: dict[str, str] = Field(
+        default_factory=dict, description="Image per kind (terminal, desktop, browser); wins over image_prefix."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="The pods' imagePullPolicy."
+    )
+    image_pull_secrets: list[str] = Field(
+        default_factory=list, description="Names of docker-registry Secrets in the namespace, for private registries."
+    )
+    agent_port: int = Field(7000, ge=1, le=65535, description="TCP port the agent listens on inside the pod.")
+    ready_timeout_s: float = Field(
+        180.0, gt=0, description="How long a new pod may take to be scheduled, pull its image and become healthy."
+    )
+    api_timeout_s: float = Field(30.0, gt=0, description="Deadline of one call to the API server.")
+    runtime_class: str | None = Field(
+        None, description="RuntimeClass of the pods (e.g. gvisor, kata); the cluster's default runtime if None."
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict, description="The pods' nodeSelector.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="The pods' tolerations.")
+    priority_class: str | None = Field(None, description="The pods' priorityClassName.")
+    cpu_request_fraction: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="CPU request = limit x this. 1: requests equal limits (Guaranteed QoS, the last to be evicted); "
+        "lower packs more idle sandboxes per node. Memory is always requested in full (not compressible).",
+    )
+    storage_class: str | None = Field(
+        None, description="StorageClass of shared volumes (PVCs); the cluster's default class if None."
+    )
+    volume_access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"] = Field(
+        "ReadWriteMany",
+        description="Access mode of shared volumes. Without RWX in the class, see the module docstring.",
+    )
+    volume_size: str = Field("1Gi", pattern=QUANTITY, description="Size requested for a new shared volume.")
+    snapshot_dir: str = Field(
+        "/var/lib/sandbox/snapshots",
+        description="Directory on the control plane (a PVC, ReadWriteMany when several replicas run) where "
+        "snapshot archives and their records live.",
+    )
+    sandbox_uid: int = Field(1000, ge=1, description="User and group the images run as (runAsUser, fsGroup).")
+    control_plane_labels: dict[str, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/component": "control-plane"},
+        description="Labels of the control plane's pods: the only peers a sandbox accepts connections from.",
+    )
+    control_plane_namespace: str | None = Field(
+        None,
+        pattern=DNS_LABEL,
+        description="Namespace of the control plane's pods; None: $POD_NAMESPACE, else the sandbox namespace.",
+    )
+    manage_network_policies: bool = Field(
+        True,
+        description="Create this owner's NetworkPolicies in the namespace at first use (ingress only from the "
+        "control plane, egress denied unless a sandbox asked for it). Turn off where the chart manages them.",
+    )

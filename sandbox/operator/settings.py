@@ -1,0 +1,16 @@
+"""The operator's settings (``"operator"`` in server.json). Pydantic only: read whatever the backend."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class OperatorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        True, description="With the kubernetes backend: mirror sandboxes into Sandbox objects, apply SandboxPools."
+    )
+    interval_s: float = Field(1.0, gt=0, description="How often the leader compares the records with the objects.")
+    write_concurrency: int = Field(16, ge=1, le=256, description="Writes to the API server at once.")
+    watch_timeout_s: float = Field(300.0, gt=0, description="A watch is opened again after this long.")

@@ -1,0 +1,264 @@
+"""A task: OSWorld's task JSON (``id``, ``instruction``, ``snapshot``, ``config``, ``evaluator``) plus what this
+platform adds (``sandbox``, ``limits``). Unknown keys (OSWorld's ``source``, ``trajectory``, ``related_apps``,
+``proxy``, ...) are kept and written back by :meth:`Task.to_dict`.
+
+Which sandbox a task runs in: its ``sandbox`` (``{"kind": "terminal"|"desktop"|"browser", "image": ..., "screen":
+{...}}``) when it has one. Without it the task gets a **desktop**, whatever its ``snapshot`` or ``related_apps``
+say: every OSWorld task, its Chrome ones included, runs in a full desktop where Chrome is one app among others. A
+task meant for the terminal or the browser sandbox says so in ``sandbox``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from sandbox.errors import InvalidArgument
+from sandbox.models import SandboxKind, ScreenSize
+
+if TYPE_CHECKING:
+    from sandbox.tasks.runtime import Fixtures
+
+TASK_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER)
+DEFAULT_KIND = SandboxKind.DESKTOP
+OSWORLD_MAX_STEPS = 15
+"""OSWorld's runner stops an episode after 15 steps by default."""
+
+
+class TaskError(InvalidArgument):
+    """A task that cannot run here, or a step of it that failed. ``problems`` lists every reason found."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = list(problems) if problems else [message]
+
+
+class _Open(BaseModel):
+    """OSWorld's objects carry keys we do not know; they are kept, and written back."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class SandboxTarget(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: SandboxKind
+    image: str | None = Field(None, description="Image to start from; the kind's built image when omitted.")
+    screen: ScreenSize | None = Field(None, description="Screen size; the platform's default when omitted.")
+
+
+class SetupStep(_Open):
+    type: str = Field(min_length=1)
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class Getter(_Open):
+    """One of OSWorld's getter configs: ``{"type": "vm_file", "path": ..., "dest": ...}``; the rest are its options."""
+
+    type: str = Field(min_length=1)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.extra
+
+
+GetterSpec = Getter | list[Getter | None] | None
+
+
+def _empty_to_none(value: Any) -> Any:
+    """OSWorld writes ``{}`` for "no getter" (infeasible tasks); lists may hold ``{}`` or ``null`` for a slot."""
+    if isinstance(value, dict) and not value:
+        return None
+    if isinstance(value, list):
+        return [None if (isinstance(v, dict) and not v) else v for v in value] or None
+    return value
+
+
+class Evaluator(_Open):
+    func: str | list[str]
+    result: GetterSpec = None
+    expected: GetterSpec = None
+    options: dict[str, Any] | list[dict[str, Any] | None] | None = None
+    conj: Literal["and", "or"] = "and"
+    postconfig: list[SetupStep] = Field(default_factory=list)
+
+    @field_validator("result", "expected", mode="before")
+    @classmethod
+    def _no_empty_getters(cls, v: Any) -> Any:
+        return _empty_to_none(v)
+
+    @field_validator("func")
+    @classmethod
+    def _funcs(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list) and not v:
+            raise ValueError("func must name at least one function")
+        return v
+
+    @property
+    def funcs(self) -> list[str]:
+        return self.func if isinstance(self.func, list) else [self.func]
+
+    def slots(self) -> list[tuple[str, Getter | None, Getter | None, dict[str, Any]]]:
+        """(func, result getter, expected getter, options) for each function, lists paired up as OSWorld does.
+        Call only on a task without :meth:`Task.problems` (lengths are checked there)."""
+        funcs = self.funcs
+        n = len(funcs)
+        results = _as_list(self.result, n)
+        expected = _as_list(self.expected, n)
+        if isinstance(self.options, list):
+            options = [dict(o or {}) for o in self.options]
+        else:
+            options = [dict(self.options or {}) for _ in range(n)]
+        return list(zip(funcs, results, expected, options, strict=True))
+
+
+def _as_list(spec: GetterSpec, n: int) -> list[Getter | None]:
+    return list(spec) if isinstance(spec, list) else [spec] * n
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_steps: int = Field(OSWORLD_MAX_STEPS, ge=1, le=100_000, description="Steps before the episode is cut.")
+    max_seconds: float = Field(600.0, gt=0, le=7 * 24 * 3600, description="Wall time before the episode is cut.")
+
+
+class Task(_Open):
+    id: str = Field(min_length=1, max_length=256)
+    instruction: str
+    snapshot: str | None = Field(None, description="OSWorld's snapshot name (chrome, os, ...): metadata here.")
+    sandbox: SandboxTarget
+    config: list[SetupStep] = Field(default_factory=list)
+    evaluator: Evaluator
+    limits: Limits = Field(default_factory=Limits)
+
+    _sandbox_derived: bool = PrivateAttr(False)
+    _fixtures: Fixtures | None = PrivateAttr(None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _derive_sandbox(cls, data: Any, handler: Any) -> Any:
+        derived = isinstance(data, dict) and data.get("sandbox") is None
+        if derived:
+            data = {**data, "sandbox": {"kind": DEFAULT_KIND.value}}
+        task = handler(data)
+        if derived:
+            task._sandbox_derived = True
+        return task
+
+    def __eq__(self, other: object) -> bool:
+        """Tasks are equal when their content is (the fixtures they were loaded with do not count)."""
+        if not isinstance(other, Task):
+            return NotImplemented
+        return bool(self.model_dump(mode="json") == other.model_dump(mode="json"))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, fixtures: Fixtures | None = None, where: str = "") -> Task:
+        """The task in ``data``; :class:`TaskError` listing every problem when it is malformed or cannot run here."""
+        label = where or (f"task {data.get('id')!r}" if isinstance(data, dict) else "task")
+        if not isinstance(data, dict):
+            raise TaskError(f"{label}: a task is a JSON object, not {type(data).__name__}")
+        try:
+            task = cls.model_validate(data)
+        except ValidationError as e:
+            problems = [f"{'.'.join(str(p) for p in err['loc']) or 'task'}: {err['msg']}" for err in e.errors()]
+            raise TaskError(f"{label} is malformed: {'; '.join(problems)}", problems) from None
+        task._fixtures = fixtures
+        problems = task.problems()
+        if problems:
+            raise TaskError(f"{label} cannot run here: {'; '.join(problems)}", problems)
+        return task
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, fixtures: Fixtures | None = None, where: str = "") -> Task:
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise TaskError(f"{where or 'task'} is not valid JSON: {e}") from None
+        return cls.from_dict(data, fixtures=fixtures, where=where)
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, fixtures: Fixtures | None = None) -> Task:
+        """The task in a JSON file. Its ``download`` URLs resolve through ``fixtures``, by default the ``fixtures/``
+        folder beside the file and its ``fixtures.json`` URL map (see :class:`~sandbox.tasks.runtime.Fixtures`)."""
+        from sandbox.tasks.runtime import Fixtures
+
+        path = Path(path)
+        try:
+            text = path.read_bytes()
+        except OSError as e:
+            raise TaskError(f"cannot read the task file {path}: {e.strerror or e}") from None
+        return cls.from_json(text, fixtures=fixtures or Fixtures.near(path), where=str(path))
+
+    # ------------------------------------------------------------------ writing, identity
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task as JSON data, in the shape it was read (a derived ``sandbox`` and unset defaults left out)."""
+        exclude = {"sandbox"} if self._sandbox_derived else set()
+        data: dict[str, Any] = self.model_dump(mode="json", exclude_unset=True, exclude=exclude)
+        return data
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @property
+    def fixtures(self) -> Fixtures | None:
+        """The fixtures the task was loaded with (``from_file``: those beside the file)."""
+        return self._fixtures
+
+    def download_urls(self) -> list[str]:
+        """Every URL the task fetches: ``download`` steps in config and postconfig, ``cloud_file`` getters."""
+        from sandbox.tasks.catalog import download_urls
+
+        return download_urls(self)
+
+    def digest(self, fixtures: Fixtures | None = None) -> str:
+        """A stable hash (64 hex digits) of what decides the state after setup: the sandbox target, the config
+        steps and the content of the fixtures the config downloads. Instruction, evaluator and limits do not count:
+        two tasks with the same digest can share one post-setup snapshot."""
+        from sandbox.tasks.catalog import config_urls
+
+        fixtures = fixtures or self._fixtures
+        contents: dict[str, str | None] = {}
+        for url in config_urls(self.config):
+            data = fixtures.get(url) if fixtures is not None else None
+            contents[url] = hashlib.sha256(data).hexdigest() if data is not None else None
+        state = {
+            "sandbox": self.sandbox.model_dump(mode="json"),
+            "config": [step.model_dump(mode="json") for step in self.config],
+            "fixtures": contents,
+        }
+        canonical = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def problems(self) -> list[str]:
+        """Every reason this task cannot run here (unsupported setup types, evaluator functions, getter types, by
+        name; steps its sandbox kind cannot do; lists that do not pair up); ``[]`` when it can run."""
+        from sandbox.tasks.catalog import problems
+
+        return problems(self)
+
+    def warnings(self, fixtures: Fixtures | None = None) -> list[str]:
+        """What would fail only when run: ``download``/``cloud_file`` URLs that have no fixture."""
+        fixtures = fixtures or self._fixtures
+        return [
+            f"URL {url} has no fixture" + ("" if fixtures is not None else " (no fixtures given)")
+            for url in self.download_urls()
+            if fixtures is None or not fixtures.has(url)
+        ]
+
+    @property
+    def infeasible(self) -> bool:
+        return self.evaluator.func == "infeasible"

@@ -1,0 +1,229 @@
+"""Every sample task in tasks/, through real sandboxes: its reference solution scores 1, doing nothing scores 0.
+
+The task runtime here is a small one over the sandbox's agent, for these tests only (``sandbox.tasks`` may not
+import the agent client; the service has its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.agent_client import AgentClient
+from sandbox.models import Action, ExecResult, SandboxKind
+from sandbox.tasks import (
+    EvaluationResult,
+    Fixtures,
+    Task,
+    TaskError,
+    evaluate,
+    expand,
+    load_actions,
+    run_setup,
+    translate,
+)
+from sandbox.tasks import scripts as task_scripts
+from tests.conftest import SandboxFactory
+
+pytestmark = pytest.mark.docker
+
+TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
+TASK_FILES = sorted(TASKS_DIR.glob("*.json"))
+TIMINGS: dict[str, dict[str, float]] = {}
+
+
+class AgentRuntime:
+    """:class:`sandbox.tasks.TaskRuntime` over an agent client (tests only)."""
+
+    def __init__(self, agent: AgentClient, kind: SandboxKind, screen: tuple[int, int]) -> None:
+        self.agent = agent
+        self.kind = kind
+        self.screen_width, self.screen_height = screen
+
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        timeout: float = 60,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        keep_background: bool = False,
+    ) -> ExecResult:
+        return await self.agent.exec(cmd, timeout=timeout, cwd=cwd, env=env, keep_background=keep_background)
+
+    async def read_file(self, path: str) -> bytes:
+        return await self.agent.read_file(path)
+
+    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> int:
+        return await self.agent.write_file(path, data, mode=mode)
+
+    async def browser_info(self) -> dict[str, Any]:
+        return await self.agent.browser_info()
+
+    async def browser_tabs(self) -> list[dict[str, Any]]:
+        listed = await self.agent.exec(task_scripts.argv(task_scripts.CDP, "list"), timeout=30)
+        tabs: list[dict[str, Any]] = task_scripts.output(listed, "cannot list the tabs")
+        return tabs
+
+    async def navigate(self, url: str) -> dict[str, Any]:
+        return await self.agent.navigate(url)
+
+    async def evaluate_js(self, expression: str) -> Any:
+        return await self.agent.evaluate(expression)
+
+
+async def perform(agent: AgentClient, action: Action) -> None:
+    if action.type == "exec":
+        result = await agent.exec(
+            action.cmd,
+            timeout=action.timeout,
+            cwd=action.cwd,
+            env=action.env or None,
+            session=action.session,
+            keep_background=action.keep_background,
+        )
+        assert result.ok, f"solution step {action.cmd!r} failed: {result}"
+    elif action.type == "navigate":
+        await agent.navigate(action.url, timeout=action.timeout)
+    elif action.type == "evaluate":
+        await agent.evaluate(action.expression)
+    else:
+        await agent.act(action.model_dump(mode="json", exclude_none=True))
+
+
+async def episode(make_sandbox: SandboxFactory, task: Task, actions: list[Action], label: str) -> EvaluationResult:
+    """A fresh sandbox for the task, its setup, the actions, the evaluation."""
+    started = time.monotonic()
+    spec: dict[str, Any] = {}
+    if task.sandbox.image:
+        spec["image"] = task.sandbox.image
+    if task.sandbox.screen:
+        spec["screen"] = task.sandbox.screen.model_dump()
+    sb = await make_sandbox(task.sandbox.kind.value, **spec)
+    runtime = AgentRuntime(sb.agent, task.sandbox.kind, (sb.spec.screen.width, sb.spec.screen.height))
+    created = time.monotonic()
+    fixtures = task.fixtures or Fixtures.load(TASKS_DIR)
+    await run_setup(task, runtime, fixtures)
+    set_up = time.monotonic()
+    last: str | None = None
+    for action in actions:
+        expanded = expand(action, screen=(runtime.screen_width, runtime.screen_height))
+        if isinstance(expanded, str):
+            last = expanded
+            if expanded in ("DONE", "FAIL"):
+                break
+            continue
+        for step in expanded:
+            await perform(sb.agent, step)
+    acted = time.monotonic()
+    result = await evaluate(task, runtime, fixtures, last_action=last)
+    TIMINGS[f"{task.id} {label}"] = {
+        "create": created - started,
+        "setup": set_up - created,
+        "actions": acted - set_up,
+        "evaluate": time.monotonic() - acted,
+    }
+    return result
+
+
+def test_there_are_enough_sample_tasks() -> None:
+    tasks = [Task.from_file(p) for p in TASK_FILES]
+    kinds = {t.sandbox.kind for t in tasks}
+    assert len(tasks) >= 16 and kinds == {SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER}
+    assert sum(t.infeasible for t in tasks) >= 1
+    osworld_keys = {"id", "snapshot", "instruction", "source", "config", "trajectory", "related_apps", "evaluator"}
+    assert sum(set(json.loads(p.read_text())) == osworld_keys for p in TASK_FILES) >= 3
+    for path in TASK_FILES:
+        assert path.with_suffix(".solution.jsonl").is_file(), f"{path.name} has no reference solution"
+        assert not Task.from_file(path).warnings(), path.name
+
+
+@pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: p.stem)
+async def test_reference_solution_scores_1_and_doing_nothing_scores_0(make_sandbox: SandboxFactory, path: Path) -> None:
+    task = Task.from_file(path)
+    solution = load_actions(path.with_suffix(".solution.jsonl"))
+    solved, idle = await asyncio.gather(
+        episode(make_sandbox, task, solution, "solved"), episode(make_sandbox, task, [], "idle")
+    )
+    assert solved.reward == 1.0, f"the reference solution scored {solved.reward}: {solved.model_dump()}"
+    assert idle.reward == 0.0, f"doing nothing scored {idle.reward}: {idle.model_dump()}"
+
+
+async def test_infeasible_scores_only_on_fail_and_fail_zeroes_a_feasible_task(make_sandbox: SandboxFactory) -> None:
+    infeasible = Task.from_file(TASKS_DIR / "terminal-infeasible-gpu.json")
+    feasible = Task.from_file(TASKS_DIR / "terminal-make-report-dir.json")
+    sb = await make_sandbox("terminal")
+    runtime = AgentRuntime(sb.agent, SandboxKind.TERMINAL, (1280, 800))
+    fixtures = Fixtures.load(TASKS_DIR)
+    assert (await evaluate(infeasible, runtime, fixtures, last_action="DONE")).reward == 0.0
+    assert (await evaluate(infeasible, runtime, fixtures, last_action="FAIL")).reward == 1.0
+    await sb.agent.exec("mkdir -p /workspace/reports/2024 && echo done > /workspace/reports/2024/summary.txt")
+    assert (await evaluate(feasible, runtime, fixtures, last_action="DONE")).reward == 1.0
+    assert (await evaluate(feasible, runtime, fixtures, last_action="FAIL")).reward == 0.0
+
+
+async def test_a_failing_setup_step_is_named(make_sandbox: SandboxFactory) -> None:
+    sb = await make_sandbox("terminal")
+    runtime = AgentRuntime(sb.agent, SandboxKind.TERMINAL, (1280, 800))
+    task = Task.from_dict(
+        {
+            "id": "bad-download",
+            "instruction": "-",
+            "sandbox": {"kind": "terminal"},
+            "config": [
+                {"type": "execute", "parameters": {"command": "true"}},
+                {"type": "download", "parameters": {"files": [{"url": "https://x.test/a.txt", "path": "/proc/a.txt"}]}},
+            ],
+            "evaluator": {"func": "infeasible"},
+        }
+    )
+    fixtures = Fixtures(urls={"https://x.test/a.txt": TASKS_DIR / "fixtures" / "by-id" / "names.txt"})
+    with pytest.raises(TaskError, match=r"config\[1\] \(download\).*/proc/a\.txt"):
+        await run_setup(task, runtime, fixtures)
+    with pytest.raises(TaskError, match=r"config\[1\] \(download\).*https://x\.test/a\.txt"):
+        await run_setup(task, runtime, Fixtures())
+
+
+async def test_a_pyautogui_click_lands_where_it_says(make_sandbox: SandboxFactory) -> None:
+    sb = await make_sandbox("browser")
+    page = (
+        "<body style='margin:0;height:100vh'><script>window.clicks = [];"
+        "addEventListener('mousedown', e => clicks.push([e.screenX, e.screenY, e.button, e.detail]));</script>"
+    )
+    await sb.agent.write_file("/workspace/click.html", page.encode())
+    await sb.agent.navigate("file:///workspace/click.html")
+    for action in translate("pyautogui.click(400, 500)\npyautogui.rightClick(x=640, y=300)", screen=(1280, 800)):
+        await perform(sb.agent, action)
+    assert await sb.agent.evaluate("window.clicks") == [[400, 500, 0, 1], [640, 300, 2, 1]]
+
+
+async def test_chrome_profile_getters_read_the_browsers_profile(make_sandbox: SandboxFactory) -> None:
+    from sandbox.tasks.getters import get
+    from sandbox.tasks.values import EvalContext
+
+    sb = await make_sandbox("browser")
+    runtime = AgentRuntime(sb.agent, SandboxKind.BROWSER, (1280, 800))
+    task = Task.from_dict(
+        {"id": "t", "instruction": "-", "sandbox": {"kind": "browser"}, "evaluator": {"func": "infeasible"}}
+    )
+    ctx = EvalContext(runtime, Fixtures(), task)
+    await sb.agent.write_file("/workspace/a.html", b"<title>Page A</title>")
+    await sb.agent.navigate("file:///workspace/a.html")
+    assert await get(ctx, "active_url_from_accessTree", {}) == "file:///workspace/a.html"
+    assert await get(ctx, "open_tabs_info", {}) == [{"title": "Page A", "url": "file:///workspace/a.html"}]
+    info = await get(ctx, "active_tab_info", {})
+    assert info["title"] == "Page A" and "<title>Page A</title>" in info["content"]
+    assert await get(ctx, "default_search_engine", {}) == "Google"
+    assert isinstance(await get(ctx, "chrome_font_size", {}), dict)
+    assert await get(ctx, "bookmarks", {}) in ([], {})  # no bookmarks written yet
+    assert await get(ctx, "chrome_language", {}) == "en-US"
+
+
+def test_print_timings() -> None:
+    """Not a check: the phases of each episode above (run with -s to see them)."""
+    for name, phases in sorted(TIMINGS.items()):
+        print(f"{name:48s} " + " ".join(f"{k} {v:5.2f}s" for k, v in phases.items()))

@@ -1,0 +1,351 @@
+"""The Kubernetes backend's pure parts: the manifests it sends (checked against the Kubernetes OpenAPI schemas with
+kubernetes-validate --strict, for every version it claims), how it reads a pod's status, its error table, its
+config and the factory's choice. No server, no container."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kubernetes_validate
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import TypeAdapter, ValidationError
+
+from sandbox.backends.base import LABEL_POOL, LABEL_USER_PREFIX, RuntimeState
+from sandbox.backends.docker.config import DockerConfig
+from sandbox.backends.factory import BackendConfig, make_backend
+from sandbox.backends.kubernetes import manifests, status
+from sandbox.backends.kubernetes.backend import KubernetesBackend
+from sandbox.backends.kubernetes.config import KubernetesConfig
+from sandbox.backends.kubernetes.errors import STATUS_TABLE, for_status, translate
+from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from sandbox.models import SandboxSpec
+from sandbox.server import ServerSettings
+
+VERSIONS = ("1.29", "1.31", "1.33")
+ROOT = Path(__file__).resolve().parents[2]
+INSTANCE = "in-term-0123456789ab"
+POOL = "pool:terminal:0123456789abcdef"
+
+PLAIN = KubernetesConfig(owner="prod")
+TUNED = KubernetesConfig.model_validate(
+    {
+        "owner": "prod",
+        "runtime_class": "gvisor",
+        "node_selector": {"sandbox.platform.io/pool": "sandboxes", "kubernetes.io/arch": "amd64"},
+        "tolerations": [
+            {"key": "sandbox.platform.io/dedicated", "operator": "Equal", "value": "sandboxes", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 30},
+        ],
+        "priority_class": "sandbox-low",
+        "image_pull_secrets": ["registry-cred"],
+        "cpu_request_fraction": 0.25,
+        "storage_class": "nfs-client",
+    }
+)  # fmt: skip
+
+
+def validate(obj: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(obj, version, strict=True)
+
+
+def pod(kind: str = "terminal", config: KubernetesConfig = PLAIN, **spec: Any) -> dict[str, Any]:
+    full = SandboxSpec.model_validate({"kind": kind, **spec})
+    image = manifests.kind_image(config, kind)
+    return manifests.pod_manifest(config, instance_id=INSTANCE, spec=full, image=image, pool=POOL)
+
+
+TUNED_SPEC = {
+    "network": "egress",
+    "volumes": [{"name": "Data_Set.v1", "path": "/workspace/data", "read_only": True}],
+    "labels": {"run": "exp 7", "weird key!": "x" * 100},
+    "resources": {"cpus": 2.5, "memory_mb": 4096, "shm_mb": 512},
+    "env": {"FOO": "bar"},
+}
+
+MANIFESTS = {
+    **{f"pod {kind}": pod(kind) for kind in ("terminal", "desktop", "browser")},
+    "pod with runtime class, node selector, tolerations, egress, a volume": pod("desktop", TUNED, **TUNED_SPEC),
+    "secret": manifests.secret_manifest(PLAIN, instance_id=INSTANCE, token="t0ken"),
+    "volume claim": manifests.volume_claim_manifest(TUNED, "Data_Set.v1"),
+    **{
+        f"network policy {p['metadata']['name']}": p
+        for p in manifests.network_policies(PLAIN, control_plane_namespace="sandbox-system")
+    },
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
+def test_every_manifest_passes_strict_schema_validation(name: str, version: str) -> None:
+    validate(MANIFESTS[name], version)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_validator_rejects_a_broken_pod(version: str) -> None:
+    """The check above can fail: an unknown field, a wrong type, a missing required field are each refused."""
+    misspelt = copy.deepcopy(MANIFESTS["pod terminal"])
+    misspelt["spec"]["containers"][0]["securityContext"]["runAsNonRot"] = True
+    wrong_type = copy.deepcopy(MANIFESTS["pod terminal"])
+    wrong_type["spec"]["containers"][0]["ports"][0]["containerPort"] = "seven thousand"
+    no_name = copy.deepcopy(MANIFESTS["pod terminal"])
+    del no_name["spec"]["containers"][0]["name"]
+    for broken in (misspelt, wrong_type, no_name):
+        with pytest.raises(kubernetes_validate.ValidationError):
+            validate(broken, version)
+
+
+def test_the_pod_is_confined() -> None:
+    manifest = MANIFESTS["pod terminal"]
+    spec = manifest["spec"]
+    (container,) = spec["containers"]
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 1000 and sc["runAsGroup"] == 1000
+    assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["readOnlyRootFilesystem"] is False
+    assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
+    assert spec["securityContext"]["fsGroup"] == 1000 and spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["restartPolicy"] == "Always"
+    assert "runtimeClassName" not in spec and "nodeSelector" not in spec and "tolerations" not in spec
+
+
+def test_the_pod_carries_the_agent_setup_resources_and_identity() -> None:
+    manifest = MANIFESTS["pod terminal"]
+    meta, spec = manifest["metadata"], manifest["spec"]
+    (container,) = spec["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SANDBOX_KIND"] == "terminal" and env["SANDBOX_SCREEN"] == "1280x800x24"
+    assert env["SANDBOX_INSTANCE_ID"] == INSTANCE
+    assert env["SANDBOX_AGENT_LISTEN"] == "0.0.0.0:7000"
+    assert env["SANDBOX_AGENT_TOKEN_FILE"] == "/run/sandbox-secret/token"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/run/sandbox-secret"]["readOnly"] is True
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["agent-secret"]["secret"]["secretName"] == f"sbx-prod-{INSTANCE}-agent"
+    assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "256Mi"}
+    assert "/workspace" not in mounts  # the image's own /workspace (see manifests.py)
+    assert container["resources"] == {
+        "requests": {"cpu": "1000m", "memory": "2048Mi"},
+        "limits": {"cpu": "1000m", "memory": "2048Mi"},
+    }
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "agent"}
+    assert meta["name"] == f"sbx-prod-{INSTANCE}"
+    assert meta["labels"] == {
+        "sandbox.managed-by": "sandbox",
+        "sandbox.owner": "prod",
+        "sandbox.instance": INSTANCE,
+        "sandbox.kind": "terminal",
+        "sandbox.platform.io/network": "none",
+        "sandbox.pool": "pool.terminal.0123456789abcdef",
+    }
+    assert meta["annotations"]["sandbox.pool"] == POOL  # the exact key, which no label value can hold
+
+
+def test_a_tuned_pod_takes_the_cluster_settings_and_the_spec() -> None:
+    manifest = MANIFESTS["pod with runtime class, node selector, tolerations, egress, a volume"]
+    spec = manifest["spec"]
+    (container,) = spec["containers"]
+    assert spec["runtimeClassName"] == "gvisor" and spec["priorityClassName"] == "sandbox-low"
+    assert spec["nodeSelector"]["kubernetes.io/arch"] == "amd64"
+    assert spec["tolerations"][1] == {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 30,
+    }
+    assert spec["imagePullSecrets"] == [{"name": "registry-cred"}]
+    assert manifest["metadata"]["labels"]["sandbox.platform.io/network"] == "egress"
+    assert container["resources"]["requests"] == {"cpu": "625m", "memory": "4096Mi"}
+    assert container["resources"]["limits"] == {"cpu": "2500m", "memory": "4096Mi"}
+    assert {"name": "FOO", "value": "bar"} in container["env"]
+    claim = next(v for v in spec["volumes"] if "persistentVolumeClaim" in v)["persistentVolumeClaim"]
+    assert claim["readOnly"] is True and claim["claimName"] == manifests.volume_claim_name("Data_Set.v1")
+    assert {"name": "vol-0", "mountPath": "/workspace/data", "readOnly": True} in container["volumeMounts"]
+    assert json.loads(manifest["metadata"]["annotations"]["sandbox.user-labels"])["weird key!"] == "x" * 100
+    described = status.describe(manifest)
+    assert described.labels[LABEL_USER_PREFIX + "weird key!"] == "x" * 100
+    assert described.labels[LABEL_POOL] == POOL
+
+
+def test_volume_claims_ask_for_the_configured_class_and_mode() -> None:
+    claim = MANIFESTS["volume claim"]
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": "nfs-client",
+    }
+    assert re.fullmatch(r"sbxvol-data-set-v1-[0-9a-f]{8}", claim["metadata"]["name"])
+    assert manifests.volume_claim_name("data") == "sbxvol-data"
+
+
+def test_network_policies_isolate_and_open_only_what_was_asked() -> None:
+    policies = {
+        p["metadata"]["name"]: p["spec"] for p in manifests.network_policies(PLAIN, control_plane_namespace="cp")
+    }
+    isolation, egress, internal = (
+        policies["sbx-prod-isolation"],
+        policies["sbx-prod-egress"],
+        policies["sbx-prod-internal"],
+    )
+    assert isolation["podSelector"] == {"matchLabels": {"sandbox.managed-by": "sandbox", "sandbox.owner": "prod"}}
+    assert isolation["policyTypes"] == ["Ingress", "Egress"] and isolation["egress"] == []
+    (rule,) = isolation["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 7000}]
+    assert rule["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "cp"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/component": "control-plane"}},
+        }
+    ]
+    assert egress["podSelector"]["matchLabels"]["sandbox.platform.io/network"] == "egress"
+    v4 = egress["egress"][0]["to"][0]["ipBlock"]
+    assert v4["cidr"] == "0.0.0.0/0"
+    assert set(v4["except"]) == {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"}
+    dns = egress["egress"][1]
+    assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    assert internal["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["sandbox.platform.io/network"] == "internal"
+
+
+@pytest.mark.parametrize(
+    "raw", ["pool:terminal:0123456789abcdef", "", "a" * 80, "-x-", "ok.value_1", "snap:alice/task-7", "::"]
+)
+def test_label_values_are_always_valid(raw: str) -> None:
+    value = manifests.label_value(raw)
+    assert len(value) <= 63 and re.fullmatch(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?", value)
+    assert (value == "") == (raw == "")
+    assert manifests.label_value(raw) == value
+
+
+# --------------------------------------------------------------------------------------------- pod status
+
+
+def _pod(phase: str, container: dict[str, Any] | None = None, **status_fields: Any) -> dict[str, Any]:
+    pod_status: dict[str, Any] = {"phase": phase, **status_fields}
+    if container is not None:
+        pod_status["containerStatuses"] = [{"name": "sandbox", "restartCount": 0, **container}]
+    return {
+        "metadata": {"name": "p", "labels": {"sandbox.instance": "in-x", "sandbox.kind": "desktop"}},
+        "status": pod_status,
+    }
+
+
+RUNNING = {"state": {"running": {}}}
+CASES: list[tuple[str, dict[str, Any], RuntimeState, int | None, str]] = [
+    ("pending", _pod("Pending"), RuntimeState.STARTING, None, "Pending"),
+    ("running", _pod("Running", RUNNING, podIP="10.1.2.3"), RuntimeState.RUNNING, None, "running"),
+    ("no status yet", _pod("Running", {}), RuntimeState.STARTING, None, ""),
+    ("died", _pod("Running", {"state": {"terminated": {"exitCode": 3}}}), RuntimeState.EXITED, 3, "exited"),
+    (
+        "crash loop",
+        _pod("Running", {"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                         "lastState": {"terminated": {"exitCode": 137}}}),
+        RuntimeState.EXITED, 137, "CrashLoopBackOff",
+    ),
+    (
+        "restarted by the kubelet",
+        _pod("Running", {**RUNNING, "restartCount": 1, "lastState": {"terminated": {"exitCode": 1}}}),
+        RuntimeState.EXITED, 1, "files",
+    ),
+    ("evicted", _pod("Failed", reason="Evicted", message="low on memory"), RuntimeState.EXITED, None, "evicted"),
+    ("node lost", _pod("Failed", reason="NodeLost"), RuntimeState.EXITED, None, "node was lost"),
+    ("node unknown", _pod("Unknown", RUNNING), RuntimeState.EXITED, None, "node was lost"),
+    ("succeeded", _pod("Succeeded", {"state": {"terminated": {"exitCode": 0}}}), RuntimeState.EXITED, 0, "Succeeded"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "pod_doc", "state", "code", "detail"), CASES, ids=[c[0] for c in CASES])
+def test_pod_status_maps_onto_engine_states(
+    case: str, pod_doc: dict[str, Any], state: RuntimeState, code: int | None, detail: str
+) -> None:
+    judged, exit_code, said = status.judge(pod_doc)
+    assert (judged, exit_code) == (state, code)
+    assert detail in said
+    described = status.describe(pod_doc)
+    assert described.state is state and described.id == "in-x" and described.kind.value == "desktop"
+
+
+def test_a_pod_being_deleted_is_not_running() -> None:
+    doc = _pod("Running", RUNNING, podIP="10.0.0.1")
+    doc["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    assert status.judge(doc)[0] is RuntimeState.EXITED and status.pod_ip(doc) is None
+
+
+def test_startup_failures_are_told_apart() -> None:
+    pull = _pod("Pending", {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}})
+    config = _pod("Pending", {"state": {"waiting": {"reason": "CreateContainerConfigError", "message": "no secret"}}})
+    creating = _pod("Pending", {"state": {"waiting": {"reason": "ContainerCreating"}}})
+    assert status.startup_failure(pull) == ("ImagePullBackOff: not found", True)
+    assert status.startup_failure(config) == ("CreateContainerConfigError: no secret", False)
+    assert status.startup_failure(creating) is None
+    why = "pod has unbound immediate PersistentVolumeClaims"
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}
+    unscheduled = _pod("Pending", conditions=[condition])
+    assert "unbound immediate PersistentVolumeClaims" in status.pending_reason(unscheduled)
+
+
+# --------------------------------------------------------------------------------------------- errors, config
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [(400, InvalidArgument), (401, BackendError), (403, BackendError), (404, NotFound), (409, FailedPrecondition),
+     (410, Unavailable), (422, InvalidArgument), (429, Unavailable), (500, Unavailable), (503, Unavailable),
+     (418, BackendError)],
+)  # fmt: skip
+def test_api_statuses_become_platform_errors(code: int, expected: type[Exception]) -> None:
+    body = json.dumps({"kind": "Status", "code": code, "message": "the server said why"})
+    error = ApiException(status=code, reason="x")
+    error.body = body
+    translated = translate(error, "create pod p")
+    assert type(translated) is expected
+    assert translated.message.startswith("create pod p: ") and "the server said why" in translated.message
+    if code in (401, 403):
+        assert "RBAC" in translated.message
+    assert code in STATUS_TABLE or code >= 500 or code == 418
+
+
+def test_connection_failures_become_unavailable() -> None:
+    refused = aiohttp.ClientConnectionError("Cannot connect to host 127.0.0.1:1")
+    assert isinstance(translate(refused, "list pods"), Unavailable)
+    assert isinstance(translate(TimeoutError(), "list pods"), Unavailable)
+    assert isinstance(for_status(502, b"<html>bad gateway</html>", "x"), Unavailable)
+
+
+def test_config_validates_tolerations_owner_and_quantities() -> None:
+    with pytest.raises(ValidationError):
+        KubernetesConfig.model_validate({"tolerations": [{"key": "k", "operator": "Maybe"}]})
+    with pytest.raises(ValidationError):
+        KubernetesConfig.model_validate({"tolerations": [{"key": "k", "colour": "red"}]})
+    with pytest.raises(ValidationError):
+        KubernetesConfig.model_validate({"owner": "Prod_1"})  # part of pod names: a DNS label
+    with pytest.raises(ValidationError):
+        KubernetesConfig.model_validate({"volume_size": "lots"})
+    with pytest.raises(ValidationError):
+        KubernetesConfig.model_validate({"cpu_request_fraction": 0})
+    fields = KubernetesConfig.model_fields
+    assert all(f.description for f in fields.values()), "every setting is described"
+
+
+def test_the_factory_picks_the_backend_by_type() -> None:
+    adapter: TypeAdapter[Any] = TypeAdapter(BackendConfig)
+    k8s = adapter.validate_python({"type": "kubernetes", "namespace": "sbx"})
+    assert isinstance(k8s, KubernetesConfig) and isinstance(make_backend(k8s), KubernetesBackend)
+    assert isinstance(adapter.validate_python({"owner": "x"}), DockerConfig)  # no type: Docker, as before
+    with pytest.raises(ValidationError):
+        adapter.validate_python({"type": "kubernetes", "socket_root": "/run/x"})
+
+
+def test_the_shipped_server_configs_select_this_backend() -> None:
+    """The kustomize base's server.json (what the chart renders too) is a valid config of this backend."""
+    raw = json.loads((ROOT / "deploy/kustomize/base/control-plane/server.json").read_text())
+    settings = ServerSettings.model_validate(raw)
+    assert isinstance(settings.backend, KubernetesConfig)
+    assert settings.backend.images["terminal"].startswith("sandbox/terminal:")
