@@ -71,6 +71,8 @@ class BackendSnapshot:
 
 class Backend(abc.ABC):
     name: str
+    can_restart: bool = True
+    """Whether a stopped instance can be started again in place (a pod cannot: the kubelet restarts it itself)."""
     can_snapshot: bool = True
     """Whether ``snapshot`` can work at all here (a backend that cannot raises ``FailedPrecondition`` from it)."""
 

@@ -75,6 +75,8 @@ class FailureOps(ServiceCore):
         self._event("sandbox_replaced", updated, reason=why, old_instance=failed, files_kept=False)
 
     async def _restarted_in_place(self, record: SandboxRecord, why: str) -> bool:
+        if not self.backend.can_restart:
+            return False
         engine = await self.backend.inspect(record.instance)
         if engine.state is not RuntimeState.EXITED:
             return False

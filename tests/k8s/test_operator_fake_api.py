@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,3 +170,51 @@ async def test_a_finalizer_holds_an_object_until_it_is_removed(api: KubeApi) -> 
     # as the API server: the write that removes the last finalizer deletes the object (one DELETED event)
     assert [kind for kind, _ in events] == ["MODIFIED", "DELETED"]
     assert events[0][1]["metadata"]["deletionTimestamp"]
+
+
+async def test_kubectl_gets_scales_and_deletes_the_custom_resources() -> None:
+    """The real kubectl (scripts/k8s_tools.sh) against the fake API server: the CRDs' printer columns, short names,
+    ``kubectl scale`` through the scale subresource, and ``kubectl delete`` of a Sandbox that a finalizer holds.
+    No token: kubectl sends none over plain HTTP. Schema validation is the server's (--validate=false: the fake has
+    no OpenAPI document)."""
+    kube = FakeKube(mode="simulate", owner=K8S_OWNER, namespaces=(NAMESPACE,), token="",
+                    validate=harness.validate_custom)  # fmt: skip
+    await asyncio.to_thread(kube.start)
+    store = kube.store
+    assert store is not None
+
+    async def kubectl(*args: str) -> str:
+        cmd: list[str | Path] = [harness.KUBECTL, "--kubeconfig", kube.kubeconfig, "-n", NAMESPACE, *args]
+        done = await asyncio.to_thread(harness.run, cmd)
+        return done.stdout
+
+    try:
+        await kube.install_crds(crd_docs())
+        sandbox = _sandbox("sb-term-0123456789ab", finalizers=[res.FINALIZER])
+        await kube.call(store.create, res.SANDBOXES, NAMESPACE, sandbox)
+        status = {"status": {"state": "running", "kind": "terminal", "tenant": "alice", "pod": "sbx-x-in-term-1",
+                             "node": "node-7", "health": "Healthy", "leaseExpiresAt": "2030-01-01T00:00:00Z",
+                             "message": "all well"}}  # fmt: skip
+        await kube.call(store.patch, res.SANDBOXES, NAMESPACE, "sb-term-0123456789ab", status, strategic=False,
+                        sub="status")  # fmt: skip
+        header, row = (await kubectl("get", "sandboxes")).splitlines()
+        assert header.split() == ["NAME", "KIND", "STATE", "TENANT", "NODE", "HEALTH", "EXPIRES", "AGE"]
+        assert row.split()[:7] == ["sb-term-0123456789ab", "terminal", "running", "alice", "node-7", "Healthy",
+                                   "2030-01-01T00:00:00Z"]  # fmt: skip
+        wide = (await kubectl("get", "sbx", "-o", "wide")).splitlines()
+        assert wide[0].split() == [*header.split()[:-1], "POD", "MESSAGE", "AGE"]
+        assert "sbx-x-in-term-1   all well" in wide[1]
+        manifest = os.path.join(kube.workdir, "pool.json")
+        with open(manifest, "w") as f:
+            json.dump(_pool("terminal", max=8), f)
+        assert "created" in await kubectl("create", "--validate=false", "-f", manifest)
+        assert "scaled" in await kubectl("scale", "sandboxpool", "terminal", "--replicas=5")
+        assert await kubectl("get", "sbxpool", "terminal", "-o", "jsonpath={.spec.min}") == "5"
+        assert (await kubectl("get", "sandboxpools")).splitlines()[0].split() == [
+            "NAME", "KIND", "MIN", "MAX", "READY", "STARTING", "AGE"]  # fmt: skip
+        await kubectl("delete", "sandbox", "sb-term-0123456789ab", "--wait=false")
+        held = await kube.call(store.get, res.SANDBOXES, NAMESPACE, "sb-term-0123456789ab")
+        assert held["metadata"]["deletionTimestamp"]  # Terminating: the finalizer holds it for the control plane
+        assert store.refused == []
+    finally:
+        await asyncio.to_thread(kube.close)

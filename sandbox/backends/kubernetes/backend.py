@@ -47,6 +47,7 @@ _log = logging.getLogger(__name__)
 
 class KubernetesBackend(Backend):
     name = "kubernetes"
+    can_restart = False
 
     def __init__(self, config: KubernetesConfig) -> None:
         super().__init__()

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sandbox.testing.fake_kube import custom
 from sandbox.testing.fake_kube.objects import ApiError, ObjectStore, merge_patch
 
 DISCOVERY = ("/api", "/apis", "/api/v1")
@@ -81,7 +82,7 @@ class FakeApi:
     ) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
         try:
-            if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+            if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             return await handler(request)
         except ApiError as e:
@@ -143,11 +144,16 @@ class FakeApi:
             return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
         group_version = path.removeprefix("/apis/").removeprefix("/api/")
         verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
-        resources = [
+        resources: list[dict[str, Any]] = [
             {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": verbs}
             for name, (api_version, kind, namespaced) in served.items()
             if api_version == group_version
         ]
+        for listed in resources:  # what kubectl resolves short names and categories with
+            crd = self.store.custom.get(listed["name"])
+            if crd is not None:
+                listed["singularName"] = crd.singular
+                listed["shortNames"], listed["categories"] = list(crd.short_names), list(crd.categories)
         if not resources:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         subresources = [("pods/log", "Pod", ["get"])] if group_version == "v1" else []
@@ -185,6 +191,8 @@ class FakeApi:
             stored = stored[: int(query["limit"])]
         # as the real server: list items carry no kind or apiVersion (the stored objects are serialized at once,
         # before anything else runs on this loop, so they need no copy)
+        if resource in store.custom and _wants_table(request):
+            return web.json_response(custom.table(store.custom[resource], stored, str(revision)))
         items = [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")} for obj in stored]
         listing = {**self._list_kind(resource), "metadata": {"resourceVersion": str(revision)}, "items": items}
         return web.json_response(listing)
@@ -281,7 +289,12 @@ class FakeApi:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on an object")
         self._check(verb, resource, namespace or None, request)
         if method == "GET":
-            return web.json_response(store.get(resource, namespace, name))
+            found = store.get(resource, namespace, name)
+            if resource in store.custom and _wants_table(request):
+                return web.json_response(
+                    custom.table(store.custom[resource], [found], found["metadata"]["resourceVersion"])
+                )
+            return web.json_response(found)
         if method == "DELETE":
             grace = request.query.get("gracePeriodSeconds")
             body = await self._body(request) if request.can_read_body else None
@@ -304,3 +317,8 @@ class FakeApi:
         tail = request.query.get("tailLines")
         text = await self._logs(namespace, name, int(tail) if tail and tail.isdigit() else None)
         return web.Response(text=text, content_type="text/plain")
+
+
+def _wants_table(request: web.Request) -> bool:
+    """Whether the client asks for server-side printing (kubectl get: ``Accept: ...;as=Table;...``)."""
+    return "as=Table" in request.headers.get("Accept", "")

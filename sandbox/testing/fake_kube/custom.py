@@ -11,6 +11,8 @@ platform's clients rely on, kept as the API server does it:
   ``spec.replicas`` is the object's ``specReplicasPath`` and whose status comes from ``statusReplicasPath`` and
   ``labelSelectorPath`` (what ``kubectl scale`` uses);
 - **defaults** of the schema (``default``) are filled in on every write, where the parent object is present;
+- **server-side printing**: a GET asking for a Table (``kubectl get``) gets one built from the CRD's
+  ``additionalPrinterColumns`` (simple ``.a.b`` paths; a date column as the time since it);
 - a **validator** (``ObjectStore.validate``, set by tests: the CRD's openAPIV3Schema with jsonschema) sees every
   object after each write; what it refuses is answered 422 Invalid, as the API server's schema check would.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sandbox.testing.fake_kube.rest import ApiError
@@ -43,6 +46,11 @@ class CustomKind:
     scale: dict[str, str] | None
     """specReplicasPath, statusReplicasPath, labelSelectorPath when the scale subresource is enabled."""
     schema: dict[str, Any]
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    columns: tuple[dict[str, Any], ...] = ()
+    """additionalPrinterColumns: what ``kubectl get`` prints (server-side, as a Table)."""
 
 
 def kind_of(crd: dict[str, Any]) -> CustomKind:
@@ -68,6 +76,10 @@ def kind_of(crd: dict[str, Any]) -> CustomKind:
         status="status" in subresources,
         scale=dict(scale) if isinstance(scale, dict) else None,
         schema=(version.get("schema") or {}).get("openAPIV3Schema") or {},
+        singular=str(names.get("singular") or ""),
+        short_names=tuple(names.get("shortNames") or ()),
+        categories=tuple(names.get("categories") or ()),
+        columns=tuple(version.get("additionalPrinterColumns") or ()),
     )
 
 
@@ -123,6 +135,49 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> None:
             value[key] = copy.deepcopy(sub["default"])
         if key in value:
             apply_defaults(sub, value[key])
+
+
+# ---------------------------------------------------------------------------------------------------- kubectl get
+
+
+def table(kind: CustomKind, objs: list[dict[str, Any]], version: str) -> dict[str, Any]:
+    """A ``meta.k8s.io/v1`` Table of the objects, with the CRD's printer columns (as the API server prints them for
+    ``kubectl get``: a date column as the time since it; a missing value as null, which kubectl shows as <none>)."""
+    columns = [{"name": "Name", "type": "string", "format": "name", "description": "Name of the object", "priority": 0}]
+    columns += [{"name": c["name"], "type": c["type"], "format": c.get("format", ""),
+                 "description": c.get("description", ""), "priority": int(c.get("priority", 0))}
+                for c in kind.columns]  # fmt: skip
+    rows = []
+    for obj in objs:
+        cells: list[Any] = [obj["metadata"]["name"]]
+        for column in kind.columns:
+            value = read_path(obj, column["jsonPath"])
+            cells.append(_age(value) if column["type"] == "date" and isinstance(value, str) else value)
+        partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+        rows.append({"cells": cells, "object": partial})
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": version},
+            "columnDefinitions": columns, "rows": rows}  # fmt: skip
+
+
+def _age(stamp: str) -> str:
+    """The time since ``stamp``, as kubectl prints it (5s, 3m20s, 4h, 2d3h ...)."""
+    try:
+        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return "<invalid>"
+    s = max(0, int((datetime.now(UTC) - then).total_seconds()))
+    m, h, d = s // 60, s // 3600, s // 86400
+    if s < 120:
+        return f"{s}s"
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if h < 3:
+        return f"{m}m"
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    return f"{d}d{h % 24}h" if d < 8 and h % 24 else f"{d}d"
 
 
 # ---------------------------------------------------------------------------------------------------- scale

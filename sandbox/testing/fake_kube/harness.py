@@ -49,7 +49,8 @@ class FakeKube:
         agents: bool = False,
         validate: Validator | None = None,
     ) -> None:
-        """``agents`` (mode "simulate"): simulated pods get the simulated agent's address (sim_agent.py), so the control
+        """``token``: the bearer token callers must send; "" for none (kubectl sends no token over plain HTTP).
+        ``agents`` (mode "simulate"): simulated pods get the simulated agent's address (sim_agent.py), so the control
         plane's agent calls are answered. ``validate``: called with each custom object about to be stored; what it
         refuses (AssertionError, ValueError) is answered 422 (e.g. the CRD's schema, checked with jsonschema)."""
         self.mode = mode
@@ -96,7 +97,7 @@ class FakeKube:
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": self.token}}],
+            "users": [{"name": "fake", "user": {"token": self.token} if self.token else {}}],
             "contexts": [
                 {"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": self.namespaces[0]}}
             ],
