@@ -92,7 +92,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def restart(self, instance_id: str, *, ready_timeout: float | None = None) -> BackendInstance:
-        """Start a stopped instance again in place, with its files, and wait until it is healthy."""
+        """Start the instance again in place (stopping it first if it runs), with its files; wait until healthy."""
 
     @abc.abstractmethod
     async def inspect(self, instance_id: str) -> BackendInstance:

@@ -78,7 +78,9 @@ class FailureOps(ServiceCore):
         if not self.backend.can_restart:
             return False
         engine = await self.backend.inspect(record.instance)
-        if engine.state is not RuntimeState.EXITED:
+        # A running container whose agent or X server failed is restarted too (files kept), and so is one caught
+        # while it stops; only a missing or still-starting instance goes straight to a replacement.
+        if engine.state not in (RuntimeState.EXITED, RuntimeState.RUNNING):
             return False
         try:
             await self.backend.restart(record.instance)

@@ -197,7 +197,10 @@ class DockerBackend(Backend):
     async def restart(self, instance_id: str, *, ready_timeout: float | None = None) -> BackendInstance:
         container = await self._get(instance_id)
         await self._forget_agent(instance_id)  # its connections went with the old agent process
-        await settled(_call(f"restart instance {instance_id}", container.start))
+        if container.status == "running":  # a failed agent or X server: stop and start again, files kept
+            await settled(_call(f"restart instance {instance_id}", container.restart, timeout=5))
+        else:
+            await settled(_call(f"restart instance {instance_id}", container.start))
         await self._wait_ready(instance_id, ready_timeout)
         await _call(f"inspect instance {instance_id}", container.reload)
         return self._describe(container)
