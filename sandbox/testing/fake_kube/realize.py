@@ -158,8 +158,9 @@ class Realizer:
             return
         try:
             container = await asyncio.to_thread(self.client.containers.create, **args)
-            if record.deleted:
-                return  # its removal finds it by label
+            if record.deleted:  # deleted while it was made: a removal that listed before it existed missed it
+                await self._remove_container(record)
+                return
             await asyncio.to_thread(container.start)
             await asyncio.to_thread(container.reload)
         except docker.errors.DockerException as e:
@@ -196,7 +197,8 @@ class Realizer:
                     found = re.search(r"Exited \((-?\d+)\)", str((summary or {}).get("Status", "")))
                     code = int(found.group(1)) if found else 137
                     record.settling = True
-                    self._spawn(self._restart(record, code, gone=summary is None))
+                    # the pod's task now: a removal waits for the restart (and the container it makes) to end
+                    record.task = self._spawn(self._restart(record, code, gone=summary is None))
 
     async def _restart(self, record: _Pod, code: int, *, gone: bool) -> None:
         reason = "ContainerGone" if gone else ("Completed" if code == 0 else "Error")
