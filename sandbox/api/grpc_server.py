@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from sandbox.api.grpc_decoding import DecodeWarnings, Undecodable, add_tolerant_servicer
 from sandbox.api.grpc_probes import add_probes, follow_readiness
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
@@ -45,7 +46,10 @@ def _unary(handler: Handler[Req, Resp]) -> Rpc[Req, Resp]:
 
     @functools.wraps(handler)
     async def rpc(self: SandboxServicer, request: Req, context: grpc.aio.ServicerContext) -> Resp:
-        return await self._serve(context, handler.__name__, lambda principal: handler(self, principal, request))
+        method = handler.__name__
+        return await self._serve(
+            context, method, lambda principal: handler(self, principal, self._parsed(method, request))
+        )
 
     return rpc
 
@@ -59,6 +63,14 @@ class SandboxServicer:
         self._log = logger
         self.readiness: asyncio.Task[None] | None = None
         """Reports the service's readiness to the health service while the server runs."""
+        self._decode_warnings = DecodeWarnings(logger)
+
+    def _parsed(self, method: str, request: T) -> T:
+        """``request``, or InvalidArgument if its bytes did not parse (see :mod:`sandbox.api.grpc_decoding`)."""
+        if isinstance(request, Undecodable):
+            self._decode_warnings.saw(method, request)
+            raise request.error()
+        return request
 
     # ------------------------------------------------------------------ plumbing
 
@@ -179,7 +191,7 @@ class SandboxServicer:
             return
         async for request in requests:
             try:
-                response = await self._step(principal, request)
+                response = await self._step(principal, self._parsed("StepStream", request))
             except Exception as e:
                 code, message = self._status(e, "StepStream")
                 response = pb.StepResponse(error=pb.StepError(code=code.value[0], message=message))
@@ -288,7 +300,7 @@ async def bind_grpc_server(
         ]
     )
     servicer = SandboxServicer(service=service, tokens=tokens, logger=logger)
-    pb_grpc.add_SandboxServiceServicer_to_server(servicer, server)
+    add_tolerant_servicer(servicer, server, pb_grpc.add_SandboxServiceServicer_to_server)
     health = add_probes(server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     cause: RuntimeError | None = None
