@@ -53,7 +53,7 @@ class AsyncClient:
         try:
             return await rpc(call.request, timeout=_ops.deadline(call, self.timeout), metadata=self._metadata)
         except grpc.RpcError as e:
-            raise _ops.rpc_error(e) from e
+            raise _ops.rpc_error(e, self.target) from e
 
     async def _run(self, op: _ops.Op[T]) -> T:
         return await _ops.drive_async(op, self._perform)
@@ -264,7 +264,7 @@ class AsyncStepStream:
                 await self._call.write(request)
                 reply = await self._call.read()
             except grpc.RpcError as e:
-                raise _ops.rpc_error(e) from e
+                raise _ops.rpc_error(e, client.target) from e
         if reply is grpc.aio.EOF:
             raise Unavailable("the step stream ended before answering")
         return _ops.step_result(reply)

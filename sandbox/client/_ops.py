@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import re
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -66,11 +67,28 @@ def metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-def rpc_error(error: grpc.RpcError) -> SandboxError:
-    """A failed RPC (sync or aio) as the platform's exception."""
+def rpc_error(error: grpc.RpcError, target: str) -> SandboxError:
+    """A failed RPC (sync or aio) as the platform's exception; one that never reached a server says where it
+    looked and how to start one."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = error.details() if hasattr(error, "details") else None
+    if code is grpc.StatusCode.UNAVAILABLE and _NOT_CONNECTED.search(details or ""):
+        details = (
+            f"no control plane answers at {target} ({_why_not_connected(details or '')}). Start one with "
+            "`sandbox server` (or `make run` in a checkout), or point the client at yours: --target or "
+            "SANDBOX_TARGET for the CLI, Client(target=...) in Python"
+        )
     return from_grpc(code, details or str(code))
+
+
+_NOT_CONNECTED = re.compile(r"failed to connect to all addresses|Connection refused|DNS resolution failed", re.I)
+
+
+def _why_not_connected(details: str) -> str:
+    for phrase in ("Connection refused", "DNS resolution failed", "Connection timed out", "No route to host"):
+        if phrase.lower() in details.lower():
+            return phrase.lower()
+    return details.strip().splitlines()[-1] if details.strip() else "cannot connect"
 
 
 def deadline(call: Call, timeout: float) -> float:

@@ -46,7 +46,7 @@ class Client:
         try:
             return rpc(effect.request, timeout=_ops.deadline(effect, self.timeout), metadata=self._metadata)
         except grpc.RpcError as e:
-            raise _ops.rpc_error(e) from e
+            raise _ops.rpc_error(e, self.target) from e
 
     def _run(self, op: _ops.Op[T]) -> T:
         return _ops.drive(op, self._perform)
@@ -260,7 +260,7 @@ class StepStream:
         except StopIteration:
             raise Unavailable("the step stream ended before answering") from None
         except grpc.RpcError as e:
-            raise _ops.rpc_error(e) from e
+            raise _ops.rpc_error(e, client.target) from e
         return _ops.step_result(reply)
 
     def close(self) -> None:
