@@ -98,11 +98,44 @@ class Lifecycle:
             await self.reconcile()
 
     async def stop(self) -> None:
-        await self.service.store.unlock(replica_lock(self.service.replica), self.service.replica)
+        """Leave: give up the locks; the last replica to leave removes the warm instances, which nobody would hand
+        out until a replica starts again (held sandboxes stay, for the next start to serve)."""
+        store, replica = self.service.store, self.service.replica
+        await store.unlock(replica_lock(replica), replica)
         if self._leader:
-            await self.service.store.unlock(LEADER_LOCK, self.service.replica)
+            await store.unlock(LEADER_LOCK, replica)
             self._leader = False
             self.service.metrics.set_leader(False)
+        if not await self._others_alive():
+            await self.retire_warm()
+
+    async def _others_alive(self) -> bool:
+        """Whether another replica lives: one leads, or one that started or claimed an instance renews its lock."""
+        store, replica = self.service.store, self.service.replica
+        leader = await store.holder(LEADER_LOCK)
+        if leader is not None and leader != replica:
+            return True
+        owners = {r.owner for r in (await self.service.instances.all()).values() if r.owner and r.owner != replica}
+        for owner in owners:
+            if await store.holder(replica_lock(owner)) == owner:
+                return True
+        return False
+
+    async def retire_warm(self) -> int:
+        """Remove every queued warm instance (each a compare-and-set: one claimed meanwhile is left to its sandbox)."""
+        retired = 0
+        for instance, record in (await self.service.instances.all()).items():
+            if record.state is not InstanceState.WARM:
+                continue
+            if record.pool is not None:
+                await self.service.store.remove(record.pool, instance)
+            try:
+                retired += await self.service.instances.retire(instance, expected=record)
+            except SandboxError as e:
+                self._log.warning("could not remove warm instance %s: %s", instance, e.message)
+        if retired:
+            self._log.info("removed %d warm instance(s) nobody would hand out", retired)
+        return retired
 
     async def adopt(self) -> None:
         """The store lost its data (or this replica never saw its epoch): rebuild what the engine can tell."""

@@ -243,3 +243,41 @@ async def test_a_slow_start_is_reaped_only_when_its_replica_is_dead(
     finally:
         await service.store.unlock(replica_lock("replica-elsewhere"), "replica-elsewhere")
         await service.instances.retire(instance)
+
+
+async def test_the_last_replica_to_stop_removes_warm_instances_but_not_held_ones(service: SandboxService) -> None:
+    backend = service.backend
+    assert isinstance(backend, FakeBackend)
+    store = await EmbeddedStore.open(None, logger=LOGGER)
+    planes = [SandboxService(backend, store, logger=LOGGER) for _ in range(2)]
+    loops = [Lifecycle(plane, LifecycleSettings(), logger=LOGGER) for plane in planes]
+    first, second = planes
+    try:
+        before = {i.id for i in await backend.list_instances()}
+        for plane in planes:
+            plane.pools.add(SPEC, backend.image_for(SPEC), min=2, max=2)
+        held = await second.create(ALICE, SPEC)  # takes one warm instance; the leader refills
+        for loop in loops:
+            await loop.tick()
+        key = pool_key(SPEC, backend.image_for(SPEC))
+        await eventually(lambda: _queued(store, key, 2), 30, "two warm instances queued")
+        await first.pools.close()  # wait for refills under way, so the queue is all there is
+        await second.pools.close()
+        held_instance = (await _record(second, held.id)).instance
+
+        await loops[0].stop()  # the other replica lives: the warm instances are its to hand out
+        assert len(await store.items(key)) == 2
+        await loops[1].stop()  # the last one leaves: nobody would hand them out
+        assert await store.items(key) == []
+        left = {i.id for i in await backend.list_instances()} - before
+        assert left == {held_instance}, "only the held sandbox's instance may outlive the last stop"
+        assert (await second.exec(ALICE, held.id, Exec(cmd="echo held"))).stdout == "held\n"
+    finally:
+        await second.delete(ALICE, held.id)
+        for plane in planes:
+            await plane.instances.drain()
+        await store.close()
+
+
+async def _queued(store: EmbeddedStore, key: str, count: int) -> bool:
+    return len(await store.items(key)) == count
