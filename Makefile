@@ -5,9 +5,11 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 DEMO_ARGS ?=
+SOAK_SANDBOXES ?= 8
+SOAK_MINUTES ?= 5
 RUN_HTTP := http://127.0.0.1:8080
 
-.PHONY: setup images run test bench lint typecheck unit clean-test push
+.PHONY: setup images run test bench lint typecheck unit clean-test push soak
 
 setup:  ## install Debian packages, start dockerd, make the venv, build the images (idempotent)
 	bash scripts/setup.sh
@@ -42,6 +44,9 @@ typecheck:
 test: setup  ## set up whatever is missing, then lint, type-check and run every test against the real engine
 	$(MAKE) --no-print-directory lint typecheck
 	bash scripts/test.sh $(PYTEST_ARGS)
+
+soak: setup  ## N sandboxes stepping for M minutes through a real server: make soak SOAK_SANDBOXES=8 SOAK_MINUTES=5
+	SANDBOX_SOAK=1 SOAK_SANDBOXES=$(SOAK_SANDBOXES) SOAK_MINUTES=$(SOAK_MINUTES) bash scripts/test.sh tests/soak -s $(PYTEST_ARGS)
 
 push:  ## set up, then build (cached) and push every image, the control plane's too: make push REGISTRY=host:port
 	@test -n "$(REGISTRY)" || { echo "make push: set REGISTRY=host:port (e.g. 127.0.0.1:5000); KINDS=... to push some" >&2; exit 2; }
