@@ -123,3 +123,23 @@ async def test_the_first_program_launched_in_a_fresh_desktop_maps_as_fast_as_lat
     # Under 1 s on an idle host (0.1 s measured); under load, no slower than 3 times a later launch.
     assert first < max(1.0, 3 * second), f"the first launch pays a first-use cost: {took}"
     assert editor < max(1.0, 3 * second), f"mousepad is slow to map: {took}"
+
+
+async def test_pyautogui_drives_the_desktop_as_osworld_task_configs_use_it(make_sandbox: SandboxFactory) -> None:
+    """OSWorld's configs run pyautogui code in `execute` steps (``python -c "import pyautogui; ..."``)."""
+    sb = await make_sandbox("desktop", screen={"width": WIDTH, "height": HEIGHT})
+    await _open_xterm(sb.agent, "typed", 20, "/workspace/typed.txt")
+    code = (
+        "import pyautogui; print(tuple(pyautogui.size())); pyautogui.click(150, 120); "
+        "pyautogui.typewrite('from pyautogui'); pyautogui.press('enter'); pyautogui.hotkey('ctrl', 'd')"
+    )
+    ran = await sb.agent.exec(["python", "-c", code], timeout=30)
+    assert ran.exit_code == 0, ran.stderr
+    assert ran.stdout.strip() == f"({WIDTH}, {HEIGHT})"
+    typed = ""
+    for _ in range(50):
+        typed = (await sb.agent.exec("cat /workspace/typed.txt")).stdout
+        if typed:
+            break
+        await asyncio.sleep(0.1)
+    assert typed == "from pyautogui\n"

@@ -217,3 +217,20 @@ def test_push_of_an_unbuilt_image_says_how_to_build() -> None:
 
 def test_recipe_files_are_hashed_length_prefixed() -> None:
     assert digest([b"ab", b"c"]) != digest([b"a", b"bc"])
+
+
+def test_the_desktop_image_pins_pyautogui_by_hash_and_unpacks_its_wheels(tmp_path: Path) -> None:
+    desktop = load_recipe("desktop")
+    pins = [line for line in desktop.requirements.decode().splitlines() if line and not line.startswith("#")]
+    assert any(line.startswith("pyautogui==") for line in pins)
+    assert all("==" in line and "--hash=sha256:" in line for line in pins), pins
+    assert "COPY wheels/ /tmp/wheels/" in desktop.dockerfile and "python3-tk" in desktop.packages
+    assert load_recipe("terminal").requirements == b"" and "wheels" not in load_recipe("terminal").dockerfile
+
+    recipes = tmp_path / "images"
+    shutil.copytree(DEFAULT_RECIPES_DIR, recipes)
+    assert load_recipe("desktop", recipes_dir=recipes).image_hash == desktop.image_hash
+    pinned = recipes / "desktop" / "requirements.txt"
+    pinned.write_text(pinned.read_text().replace("pytweening==1.2.0", "pytweening==1.1.0"))
+    changed = load_recipe("desktop", recipes_dir=recipes)
+    assert changed.image_hash != desktop.image_hash and changed.base_hash == desktop.base_hash

@@ -21,7 +21,6 @@ resolved by ``pip wheel`` when the stage is built; the image keeps what it got u
 
 from __future__ import annotations
 
-import collections
 import subprocess
 import tempfile
 import time
@@ -29,7 +28,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from sandbox.backends.docker.image_engine import LOG_TAIL, Progress, failure
+from sandbox.backends.docker.image_engine import Progress, run_logged
 from sandbox.backends.docker.image_recipe import (
     BASE_REPO,
     CONTROLPLANE,
@@ -128,7 +127,8 @@ def build_wheels(recipe: Recipe, say: Progress) -> list[FileEntry]:
         python = _debian_venv(Path(tmp) / "venv", say)
         _stage(recipe.project, source)
         target = "." + _extras(recipe.project)  # the project with its extras, from the staged copy
-        _run(say, "pip wheel", [str(python), "-m", "pip", "wheel", *PIP_OPTIONS, "-w", str(wheels), target], source)
+        pip_wheel = [str(python), "-m", "pip", "wheel", *PIP_OPTIONS, "-w", str(wheels), target]
+        run_logged(say, "pip wheel", pip_wheel, source)
         _check_package_data(recipe.project, wheels, _project_name(recipe.project))
         entries = [(f"wheels/{p.name}", p.read_bytes(), 0o644) for p in sorted(wheels.glob("*.whl"))]
     size = sum(len(content) for _, content, _ in entries) / 1e6
@@ -170,29 +170,8 @@ def _debian_venv(venv: Path, say: Progress) -> Path:
             "its wheels must be resolved with that version (build on Debian bookworm)"
         )
     say(f"wheels: resolving for Python {found} ({DEBIAN_PYTHON}, as in the image)")
-    _run(say, "venv", [str(DEBIAN_PYTHON), "-m", "venv", str(venv)], venv.parent)
+    run_logged(say, "venv", [str(DEBIAN_PYTHON), "-m", "venv", str(venv)], venv.parent)
     return venv / "bin" / "python"
-
-
-def _run(say: Progress, name: str, command: list[str], cwd: Path) -> None:
-    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
-    with subprocess.Popen(
-        command,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-    ) as proc:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.rstrip()
-            if line:
-                tail.append(line)
-                say(f"{name} | {line}")
-    if proc.returncode != 0:
-        raise ImageBuildError(failure(f"{name} for the control-plane image exited with {proc.returncode}", tail))
 
 
 def _check_package_data(project: tuple[FileEntry, ...], wheels: Path, name: str) -> None:

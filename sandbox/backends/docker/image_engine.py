@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import subprocess
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -72,3 +75,27 @@ def failure(headline: str, tail: Iterable[str]) -> str:
     if not lines:
         return headline
     return "\n".join([headline, f"--- last {len(lines)} log lines ---", *lines])
+
+
+def run_logged(
+    say: Progress, name: str, command: list[str], cwd: Path, *, image: str = "the control-plane image"
+) -> None:
+    """Run a host step of an image build, its output as progress lines (its last lines in the error if it fails)."""
+    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
+    with subprocess.Popen(
+        command,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    ) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip()
+            if line:
+                tail.append(line)
+                say(f"{name} | {line}")
+    if proc.returncode != 0:
+        raise ImageBuildError(failure(f"{name} for {image} exited with {proc.returncode}", tail))

@@ -77,7 +77,7 @@ RUN groupadd --gid {uid} sandbox \\
  && install -d -o 0 -g 0 -m 1777 /tmp/.X11-unix
 {copy_rootfs}COPY opt/ /opt/
 RUN python3 -m compileall -q /opt/sandbox-agent
-ENV {env}
+{install_wheels}ENV {env}
 USER {uid}:{uid}
 WORKDIR /workspace
 CMD ["/opt/sandbox/entrypoint.sh"]
@@ -104,6 +104,9 @@ class Recipe:
     project: tuple[FileEntry, ...] = ()
     """The control plane's: the project files (pyproject.toml, the package) that ``pip wheel`` turns into the
     wheels the top layer installs; the wheels join the build context under ``wheels/`` at build time."""
+    requirements: bytes = b""
+    """``images/<kind>/requirements.txt``: pure-Python packages, pinned by hash, whose wheels ``pip wheel`` makes on
+    the host at build time (``image_wheels``); the top layer unpacks them into python3's site-packages."""
     stage: str = "agent"
     """The top layer's name in progress lines and in the ``sandbox.image.stage`` label."""
 
@@ -139,7 +142,8 @@ def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
     base_hash = base_digest(packages, hooks)
     base_tag = f"{BASE_REPO}/{kind}:{base_hash[:HASH_LEN]}"
     overlay = _overlay_files(recipe_dir / "rootfs")
-    dockerfile = _dockerfile(kind, base_tag, has_overlay=bool(overlay))
+    requirements = read(recipe_dir / "requirements.txt") if (recipe_dir / "requirements.txt").is_file() else b""
+    dockerfile = _dockerfile(kind, base_tag, has_overlay=bool(overlay), has_wheels=bool(requirements))
     files = (
         *overlay,
         ("opt/sandbox/lib.sh", read(recipe_dir.parent / "common" / "lib.sh"), 0o644),
@@ -147,8 +151,11 @@ def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
         *_agent_files(),
         *(_game_files() if kind in games.IMAGE_KINDS else ()),
     )
-    image_hash = digest([base_hash.encode(), dockerfile.encode(), *flatten(files)])
-    return Recipe(kind, packages, base_hash, dockerfile, files, image_hash, hooks=tuple(hooks))
+    pinned = [b"requirements.txt", requirements] if requirements else []  # the wheels follow from the pins
+    image_hash = digest([base_hash.encode(), dockerfile.encode(), *flatten(files), *pinned])
+    return Recipe(
+        kind, packages, base_hash, dockerfile, files, image_hash, hooks=tuple(hooks), requirements=requirements
+    )
 
 
 def check_kind(kind: str) -> None:
@@ -194,7 +201,16 @@ def read_packages(path: Path) -> tuple[str, ...]:
     return packages
 
 
-def _dockerfile(kind: str, base_tag: str, *, has_overlay: bool) -> str:
+INSTALL_WHEELS = """\
+COPY wheels/ /tmp/wheels/
+RUN site=$(python3 -c 'import site; print(site.getsitepackages()[0])') && mkdir -p "$site" \\
+ && for wheel in /tmp/wheels/*.whl; do python3 -m zipfile -e "$wheel" "$site" || exit 1; done \\
+ && python3 -m compileall -q "$site" && rm -rf /tmp/wheels
+"""
+"""Pure-Python wheels are zip files laid out as installed: unpacked, they are installed (no pip in the image)."""
+
+
+def _dockerfile(kind: str, base_tag: str, *, has_overlay: bool, has_wheels: bool = False) -> str:
     env = {
         "SANDBOX_KIND": kind,
         "PYTHONPATH": "/opt/sandbox-agent",
@@ -206,6 +222,7 @@ def _dockerfile(kind: str, base_tag: str, *, has_overlay: bool) -> str:
         base_tag=base_tag,
         uid=SANDBOX_UID,
         copy_rootfs="COPY rootfs/ /\n" if has_overlay else "",
+        install_wheels=INSTALL_WHEELS if has_wheels else "",
         env=" ".join(f"{k}={v}" for k, v in env.items()),
     )
 

@@ -53,6 +53,7 @@ from sandbox.backends.docker.image_recipe import (
 )
 from sandbox.backends.docker.image_recipe import load_recipe as load_sandbox_recipe
 from sandbox.backends.docker.image_rootfs import build_base
+from sandbox.backends.docker.image_wheels import requirement_wheels
 from sandbox.errors import ImageBuildError, InvalidArgument
 
 __all__ = [
@@ -170,7 +171,10 @@ def _build_kind(client: docker.DockerClient, recipe: Recipe, progress: Progress,
             build_base(client, recipe, say)
         else:
             say(f"base: skip ({recipe.base_tag} exists)")
-        extra = build_wheels(recipe, say) if recipe.project else []
+        if recipe.project:
+            extra = build_wheels(recipe, say)
+        else:
+            extra = requirement_wheels(recipe, say) if recipe.requirements else []
         build_layer(client, recipe, say, force, extra)
     add_tag(client, recipe.versioned_tag, recipe.repository, "latest")
     return recipe.versioned_tag
