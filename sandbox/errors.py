@@ -75,11 +75,3 @@ class ImageBuildError(BackendError):
 
 class InternalError(SandboxError):
     code = "internal"
-
-
-def from_agent(code: str, message: str) -> SandboxError:
-    """The exception for an error frame the agent sent: :func:`sandbox.wire.status.from_agent`, which reads the
-    one status table (imported here on first use, so that importing this module needs no grpc)."""
-    from sandbox.wire import status
-
-    return status.from_agent(code, message)

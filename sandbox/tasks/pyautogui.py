@@ -2,7 +2,8 @@
 
 The code is parsed with :mod:`ast`; it may hold only ``import pyautogui``/``import time`` (``as`` aliases allowed),
 ``pyautogui.FAILSAFE``/``pyautogui.PAUSE`` assignments (ignored), and calls of ``pyautogui.<function>`` and
-``time.sleep`` with literal arguments, positional or keyword as pyautogui defines them:
+``time.sleep`` with literal arguments, positional or keyword as pyautogui defines them (:func:`functions` lists
+them with their parameters):
 
 =====================================  ==================================================================
 pyautogui                              actions
@@ -80,6 +81,12 @@ def translate(code: str, *, screen: tuple[int, int]) -> list[Action] | Special:
     except SyntaxError as e:
         raise InvalidArgument(f"pyautogui code does not parse: {e.msg} (line {e.lineno})") from None
     return _Translator(screen).run(tree)
+
+
+def functions() -> dict[str, inspect.Signature | None]:
+    """The calls :func:`translate` takes, by name (``"pyautogui.click"``, ``"time.sleep"``, ...), each with the
+    parameters it accepts (None: any number of positional keys, as ``pyautogui.hotkey``)."""
+    return {name: signature for name, (signature, _) in _Translator((1, 1)).calls.items()}
 
 
 def _sig(*params: str, **defaults: Any) -> inspect.Signature:

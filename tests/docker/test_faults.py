@@ -4,11 +4,13 @@ container of an auto_recover sandbox, the Docker engine restarting under load, R
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from sandbox.errors import SandboxError
 from sandbox.models import SandboxSpec
 from tests import redis_server as redis_fixtures
 from tests.conftest import OWNER, RUN_ID, TEST_LABEL, owned_by, require_image
-from tests.docker.servers import ServerProcess
+from tests.docker.servers import ServerProcess, started
 from tests.polling import eventually
 
 pytestmark = pytest.mark.docker
@@ -123,95 +125,83 @@ async def _keep_stepping(sandbox: AsyncSandbox, stop: asyncio.Event, errors: lis
     return steps
 
 
+@contextlib.asynccontextmanager
+async def _serving(
+    docker_client: docker.DockerClient, tmp_path: Path, tag: str, **options: Any
+) -> AsyncIterator[tuple[str, ServerProcess, AsyncClient]]:
+    """A server of an owner of its own (this run's, suffixed ``-<tag>``) with the fast lifecycle, started, and a
+    client of it: (owner, server, client). At the end the server is stopped and that owner's containers are gone."""
+    require_image(docker_client, "terminal")
+    owner, sockets = f"{OWNER}-{tag}", f"/run/sbx-test-{RUN_ID}-{tag}"
+    settings = {"lifecycle": FAST_LIFECYCLE}
+    server = ServerProcess(tmp_path, owner=owner, socket_root=sockets, settings=settings, **options)
+    with owned_by(docker_client, owner, sockets), started(server):
+        async with AsyncClient(server.grpc_target, timeout=60) as client:
+            yield owner, server, client
+
+
 async def test_an_engine_restart_under_load_keeps_every_sandbox_and_its_files(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
-    require_image(docker_client, "terminal")
-    owner, sockets = f"{OWNER}-er", f"/run/sbx-test-{RUN_ID}-er"
-    server = ServerProcess(tmp_path, owner=owner, socket_root=sockets, settings={"lifecycle": FAST_LIFECYCLE})
-    with owned_by(docker_client, owner, sockets):
-        server.start()
-        try:
-            async with AsyncClient(server.grpc_target, timeout=60) as client:
-                sandboxes = await _hold(client, 4)
-                stop, errors = asyncio.Event(), []
-                loops = [asyncio.create_task(_keep_stepping(sb, stop, errors)) for sb in sandboxes]
-                await asyncio.sleep(1)
-                down = await asyncio.to_thread(_restart_dockerd, 2.0)
-                await asyncio.sleep(3)  # several health rounds and reconciliations with the engine back
-                stop.set()
-                steps = await asyncio.gather(*loops)
-                assert all(n > 0 for n in steps), steps
-                assert not errors, f"steps failed while the engine was down {down:.1f} s: {errors[:5]}"
-                for sandbox in sandboxes:
-                    info = (await client.get(sandbox.id)).info
-                    assert info.replacements == 0 and info.state.value == "running", info
-                    assert await sandbox.files.read("/workspace/mark") == sandbox.id.encode()
-                for sandbox in sandboxes:
-                    await sandbox.close()
-        finally:
-            server.stop()
-            print(server.log_tail())
+    async with _serving(docker_client, tmp_path, "er") as (_, _, client):
+        sandboxes = await _hold(client, 4)
+        stop, errors = asyncio.Event(), []
+        loops = [asyncio.create_task(_keep_stepping(sb, stop, errors)) for sb in sandboxes]
+        await asyncio.sleep(1)
+        down = await asyncio.to_thread(_restart_dockerd, 2.0)
+        await asyncio.sleep(3)  # several health rounds and reconciliations with the engine back
+        stop.set()
+        steps = await asyncio.gather(*loops)
+        assert all(n > 0 for n in steps), steps
+        assert not errors, f"steps failed while the engine was down {down:.1f} s: {errors[:5]}"
+        for sandbox in sandboxes:
+            info = (await client.get(sandbox.id)).info
+            assert info.replacements == 0 and info.state.value == "running", info
+            assert await sandbox.files.read("/workspace/mark") == sandbox.id.encode()
+        for sandbox in sandboxes:
+            await sandbox.close()
 
 
 async def test_a_stopped_container_starts_again_in_place_with_its_files(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
-    require_image(docker_client, "terminal")
-    owner, sockets = f"{OWNER}-sp", f"/run/sbx-test-{RUN_ID}-sp"
-    server = ServerProcess(tmp_path, owner=owner, socket_root=sockets, settings={"lifecycle": FAST_LIFECYCLE})
-    with owned_by(docker_client, owner, sockets):
-        server.start()
-        try:
-            async with AsyncClient(server.grpc_target, timeout=60) as client:
-                (sandbox,) = await _hold(client, 1)
-                instance = (await sandbox.exec("printf %s $SANDBOX_INSTANCE_ID")).stdout
-                container = docker_client.containers.get(f"sbx-{owner}-{instance}")
-                await asyncio.to_thread(container.stop, timeout=1)
+    async with _serving(docker_client, tmp_path, "sp") as (owner, server, client):
+        (sandbox,) = await _hold(client, 1)
+        instance = (await sandbox.exec("printf %s $SANDBOX_INSTANCE_ID")).stdout
+        container = docker_client.containers.get(f"sbx-{owner}-{instance}")
+        await asyncio.to_thread(container.stop, timeout=1)
 
-                async def recovered() -> bool:
-                    return (await client.get(sandbox.id)).info.replacements == 1
+        async def recovered() -> bool:
+            return (await client.get(sandbox.id)).info.replacements == 1
 
-                await eventually(recovered, 30, "the stopped container's recovery")
-                assert (await sandbox.exec("printf %s $SANDBOX_INSTANCE_ID")).stdout == instance, "it was replaced"
-                assert await sandbox.files.read("/workspace/mark") == sandbox.id.encode(), "its files were lost"
-                assert "sandbox_restarted" in server.log_tail(20000)
-                await sandbox.close()
-        finally:
-            server.stop()
+        await eventually(recovered, 30, "the stopped container's recovery")
+        assert (await sandbox.exec("printf %s $SANDBOX_INSTANCE_ID")).stdout == instance, "it was replaced"
+        assert await sandbox.files.read("/workspace/mark") == sandbox.id.encode(), "its files were lost"
+        assert "sandbox_restarted" in server.log_tail(20000)
+        await sandbox.close()
 
 
 async def test_redis_restarting_empty_reaps_nothing_and_sandboxes_are_adopted(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
-    require_image(docker_client, "terminal")
-    owner, sockets = f"{OWNER}-rw", f"/run/sbx-test-{RUN_ID}-rw"
-    with redis_fixtures.RedisServer() as redis, owned_by(docker_client, owner, sockets):
-        server = ServerProcess(
-            tmp_path, owner=owner, socket_root=sockets, redis_url=redis.url, settings={"lifecycle": FAST_LIFECYCLE}
-        )
-        server.start()
-        try:
-            async with AsyncClient(server.grpc_target, timeout=60) as client:
-                sandboxes = await _hold(client, 3)
-                before = await asyncio.to_thread(_containers, docker_client, owner)
-                redis.stop()
-                redis.start()  # the same port, no data: a Redis without persistence after a restart
+    with redis_fixtures.RedisServer() as redis:
+        async with _serving(docker_client, tmp_path, "rw", redis_url=redis.url) as (owner, _, client):
+            sandboxes = await _hold(client, 3)
+            before = await asyncio.to_thread(_containers, docker_client, owner)
+            redis.stop()
+            redis.start()  # the same port, no data: a Redis without persistence after a restart
 
-                async def adopted() -> bool:
-                    try:
-                        states = [(await client.get(sb.id)).info.state.value for sb in sandboxes]
-                    except SandboxError:
-                        return False
-                    return states == ["running"] * len(sandboxes)
+            async def adopted() -> bool:
+                try:
+                    states = [(await client.get(sb.id)).info.state.value for sb in sandboxes]
+                except SandboxError:
+                    return False
+                return states == ["running"] * len(sandboxes)
 
-                await eventually(adopted, 30, "the adoption of the held sandboxes")
-                await asyncio.sleep(3)  # reconciliation passes with the orphan grace long over
-                assert await asyncio.to_thread(_containers, docker_client, owner) == before, "containers were reaped"
-                for sandbox in sandboxes:
-                    assert await sandbox.files.read("/workspace/mark") == sandbox.id.encode()
-                    assert (await sandbox.exec("echo ok")).stdout == "ok\n"
-                    await sandbox.close()
-        finally:
-            server.stop()
-            print(server.log_tail())
+            await eventually(adopted, 30, "the adoption of the held sandboxes")
+            await asyncio.sleep(3)  # reconciliation passes with the orphan grace long over
+            assert await asyncio.to_thread(_containers, docker_client, owner) == before, "containers were reaped"
+            for sandbox in sandboxes:
+                assert await sandbox.files.read("/workspace/mark") == sandbox.id.encode()
+                assert (await sandbox.exec("echo ok")).stdout == "ok\n"
+                await sandbox.close()

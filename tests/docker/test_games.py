@@ -19,11 +19,11 @@ from sandbox.agent_client import AgentClient
 from sandbox.client import AsyncClient
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.games import GAMES, STATE_JS
-from sandbox.models import Action, ExecResult, PageKey
+from sandbox.models import Action, PageKey
+from sandbox.service.task_runtime import AgentRuntime
 from sandbox.tasks import Fixtures, Task, evaluate, expand, load_actions, run_setup
-from sandbox.tasks import scripts as task_scripts
 from tests.conftest import OWNER, RUN_ID, SandboxFactory
-from tests.docker.servers import ServerProcess
+from tests.docker.servers import ServerProcess, started
 
 pytestmark = pytest.mark.docker
 
@@ -218,11 +218,8 @@ async def test_page_errors_are_clear(make_sandbox: SandboxFactory) -> None:
 @pytest.fixture(scope="module")
 def control_plane(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server = ServerProcess(tmp_path_factory.mktemp("games-cp"), owner=OWNER, socket_root=f"/run/sbx-test-{RUN_ID}")
-    try:
-        server.start()
+    with started(server):
         yield server
-    finally:
-        server.stop()
 
 
 async def test_game_actions_through_the_sdk(control_plane: ServerProcess) -> None:
@@ -263,41 +260,9 @@ async def test_game_actions_through_the_sdk(control_plane: ServerProcess) -> Non
 GAME_TASKS = sorted((Path(__file__).resolve().parents[2] / "tasks" / "games").glob("*.json"))
 
 
-class GameRuntime:
-    """:class:`sandbox.tasks.TaskRuntime` over a browser sandbox's agent (these tests only)."""
-
-    screen_width, screen_height = 1280, 800
-
-    def __init__(self, agent: AgentClient) -> None:
-        self.agent = agent
-
-    async def exec(self, cmd: str | list[str], *, timeout: float = 60, **options: Any) -> ExecResult:
-        return await self.agent.exec(cmd, timeout=timeout, **options)
-
-    async def read_file(self, path: str) -> bytes:
-        return await self.agent.read_file(path)
-
-    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> int:
-        return await self.agent.write_file(path, data, mode=mode)
-
-    async def browser_info(self) -> dict[str, Any]:
-        return await self.agent.browser_info()
-
-    async def browser_tabs(self) -> list[dict[str, Any]]:
-        listed = await self.agent.exec(task_scripts.argv(task_scripts.CDP, "list"), timeout=30)
-        tabs: list[dict[str, Any]] = task_scripts.output(listed, "cannot list the tabs")
-        return tabs
-
-    async def navigate(self, url: str) -> dict[str, Any]:
-        return await self.agent.navigate(url)
-
-    async def evaluate_js(self, expression: str) -> Any:
-        return await self.agent.evaluate(expression)
-
-
 async def game_episode(make_sandbox: SandboxFactory, task: Task, actions: list[Action]) -> float:
-    agent = (await make_sandbox("browser")).agent
-    runtime = GameRuntime(agent)
+    sb = await make_sandbox("browser")
+    agent, runtime = sb.agent, AgentRuntime(sb.agent, sb.spec)
     await run_setup(task, runtime, Fixtures())
     last = None
     for action in actions:

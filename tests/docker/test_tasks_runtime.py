@@ -1,7 +1,6 @@
 """Every sample task in tasks/, through real sandboxes: its reference solution scores 1, doing nothing scores 0.
 
-The task runtime here is a small one over the sandbox's agent, for these tests only (``sandbox.tasks`` may not
-import the agent client; the service has its own)."""
+The task runtime is the service's own (:class:`sandbox.service.task_runtime.AgentRuntime`) over the sandbox's agent."""
 
 from __future__ import annotations
 
@@ -14,7 +13,9 @@ from typing import Any
 import pytest
 
 from sandbox.agent_client import AgentClient
-from sandbox.models import Action, ExecResult, SandboxKind
+from sandbox.errors import InvalidArgument
+from sandbox.models import Action, SandboxKind
+from sandbox.service.task_runtime import AgentRuntime
 from sandbox.tasks import (
     EvaluationResult,
     Fixtures,
@@ -26,7 +27,6 @@ from sandbox.tasks import (
     run_setup,
     translate,
 )
-from sandbox.tasks import scripts as task_scripts
 from tests.conftest import SandboxFactory
 
 pytestmark = pytest.mark.docker
@@ -34,46 +34,6 @@ pytestmark = pytest.mark.docker
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 TASK_FILES = sorted(TASKS_DIR.glob("*.json"))
 TIMINGS: dict[str, dict[str, float]] = {}
-
-
-class AgentRuntime:
-    """:class:`sandbox.tasks.TaskRuntime` over an agent client (tests only)."""
-
-    def __init__(self, agent: AgentClient, kind: SandboxKind, screen: tuple[int, int]) -> None:
-        self.agent = agent
-        self.kind = kind
-        self.screen_width, self.screen_height = screen
-
-    async def exec(
-        self,
-        cmd: str | list[str],
-        *,
-        timeout: float = 60,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        keep_background: bool = False,
-    ) -> ExecResult:
-        return await self.agent.exec(cmd, timeout=timeout, cwd=cwd, env=env, keep_background=keep_background)
-
-    async def read_file(self, path: str) -> bytes:
-        return await self.agent.read_file(path)
-
-    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> int:
-        return await self.agent.write_file(path, data, mode=mode)
-
-    async def browser_info(self) -> dict[str, Any]:
-        return await self.agent.browser_info()
-
-    async def browser_tabs(self) -> list[dict[str, Any]]:
-        listed = await self.agent.exec(task_scripts.argv(task_scripts.CDP, "list"), timeout=30)
-        tabs: list[dict[str, Any]] = task_scripts.output(listed, "cannot list the tabs")
-        return tabs
-
-    async def navigate(self, url: str) -> dict[str, Any]:
-        return await self.agent.navigate(url)
-
-    async def evaluate_js(self, expression: str) -> Any:
-        return await self.agent.evaluate(expression)
 
 
 async def perform(agent: AgentClient, action: Action) -> None:
@@ -104,7 +64,7 @@ async def episode(make_sandbox: SandboxFactory, task: Task, actions: list[Action
     if task.sandbox.screen:
         spec["screen"] = task.sandbox.screen.model_dump()
     sb = await make_sandbox(task.sandbox.kind.value, **spec)
-    runtime = AgentRuntime(sb.agent, task.sandbox.kind, (sb.spec.screen.width, sb.spec.screen.height))
+    runtime = AgentRuntime(sb.agent, sb.spec)
     created = time.monotonic()
     fixtures = task.fixtures or Fixtures.load(TASKS_DIR)
     await run_setup(task, runtime, fixtures)
@@ -157,7 +117,7 @@ async def test_infeasible_scores_only_on_fail_and_fail_zeroes_a_feasible_task(ma
     infeasible = Task.from_file(TASKS_DIR / "terminal-infeasible-gpu.json")
     feasible = Task.from_file(TASKS_DIR / "terminal-make-report-dir.json")
     sb = await make_sandbox("terminal")
-    runtime = AgentRuntime(sb.agent, SandboxKind.TERMINAL, (1280, 800))
+    runtime = AgentRuntime(sb.agent, sb.spec)
     fixtures = Fixtures.load(TASKS_DIR)
     assert (await evaluate(infeasible, runtime, fixtures, last_action="DONE")).reward == 0.0
     assert (await evaluate(infeasible, runtime, fixtures, last_action="FAIL")).reward == 1.0
@@ -168,7 +128,7 @@ async def test_infeasible_scores_only_on_fail_and_fail_zeroes_a_feasible_task(ma
 
 async def test_a_failing_setup_step_is_named(make_sandbox: SandboxFactory) -> None:
     sb = await make_sandbox("terminal")
-    runtime = AgentRuntime(sb.agent, SandboxKind.TERMINAL, (1280, 800))
+    runtime = AgentRuntime(sb.agent, sb.spec)
     task = Task.from_dict(
         {
             "id": "bad-download",
@@ -182,7 +142,8 @@ async def test_a_failing_setup_step_is_named(make_sandbox: SandboxFactory) -> No
         }
     )
     fixtures = Fixtures(urls={"https://x.test/a.txt": TASKS_DIR / "fixtures" / "by-id" / "names.txt"})
-    with pytest.raises(TaskError, match=r"config\[1\] \(download\).*/proc/a\.txt"):
+    # The sandbox refuses the write: the runtime's InvalidArgument (a TaskError is one too), naming step and path.
+    with pytest.raises(InvalidArgument, match=r"config\[1\] \(download\).*/proc/a\.txt"):
         await run_setup(task, runtime, fixtures)
     with pytest.raises(TaskError, match=r"config\[1\] \(download\).*https://x\.test/a\.txt"):
         await run_setup(task, runtime, Fixtures())
@@ -206,7 +167,7 @@ async def test_chrome_profile_getters_read_the_browsers_profile(make_sandbox: Sa
     from sandbox.tasks.values import EvalContext
 
     sb = await make_sandbox("browser")
-    runtime = AgentRuntime(sb.agent, SandboxKind.BROWSER, (1280, 800))
+    runtime = AgentRuntime(sb.agent, sb.spec)
     task = Task.from_dict(
         {"id": "t", "instruction": "-", "sandbox": {"kind": "browser"}, "evaluator": {"func": "infeasible"}}
     )

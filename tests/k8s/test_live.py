@@ -20,8 +20,6 @@ import logging
 import os
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -32,13 +30,10 @@ from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.errors import NotFound
 from sandbox.models import Exec, SandboxSpec, SandboxState
 from sandbox.operator import resources as res
-from sandbox.operator.operator import Operator
-from sandbox.operator.settings import OperatorSettings
-from sandbox.service import Principal, SandboxService
-from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
+from sandbox.service import Principal
 from sandbox.service.records import SANDBOXES, pool_key
-from sandbox.store import EmbeddedStore
 from tests.conftest import RUN_ID
+from tests.k8s.conftest import Plane, control_plane
 from tests.k8s.test_operator_fake_api import CRD_PATH, crd_docs
 from tests.polling import eventually
 
@@ -58,29 +53,6 @@ TIMEOUT_S = 300.0
 """A real cluster pulls images and schedules pods: generous bounds."""
 
 
-@dataclass
-class Live:
-    service: SandboxService
-    operator: Operator
-    api: KubeApi
-
-    @property
-    def backend(self) -> KubernetesBackend:
-        backend = self.service.backend
-        assert isinstance(backend, KubernetesBackend)
-        return backend
-
-    async def obj(self, plural: str, name: str) -> dict[str, Any] | None:
-        with contextlib.suppress(NotFound):
-            return await self.api.get(res.path(NAMESPACE, plural, name), what="kubectl get")
-        return None
-
-    async def instance(self, sandbox_id: str) -> str:
-        record = await self.service._read(sandbox_id)
-        assert record is not None
-        return record.instance
-
-
 async def _ensure_crds(api: KubeApi) -> None:
     for crd in crd_docs():
         try:
@@ -91,7 +63,7 @@ async def _ensure_crds(api: KubeApi) -> None:
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
-async def live() -> AsyncIterator[Live]:
+async def live() -> AsyncIterator[Plane]:
     config = KubernetesConfig.model_validate({
         "kubeconfig": KUBECONFIG, "context": os.environ.get("SANDBOX_LIVE_CONTEXT") or None, "namespace": NAMESPACE,
         "owner": f"live-{RUN_ID}".lower(), "image_prefix": PREFIX, "ready_timeout_s": TIMEOUT_S,
@@ -103,38 +75,23 @@ async def live() -> AsyncIterator[Live]:
     await api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}, what="create the test namespace")
     await _ensure_crds(api)
     backend = KubernetesBackend(config)
-    store = await EmbeddedStore.open(None, logger=LOGGER)
-    service = SandboxService(backend, store, logger=LOGGER)
-    await service.start()
-    lifecycle = Lifecycle(service, LifecycleSettings(tick_s=0.5, health_interval_s=2), logger=LOGGER)
-    operator = Operator(service, lifecycle, backend, settings=OperatorSettings(interval_s=0.5), logger=LOGGER)
-    loops = [asyncio.create_task(lifecycle.run()), asyncio.create_task(operator.run())]
+    plane = control_plane(backend, api, NAMESPACE, LOGGER, tick_s=0.5, health_interval_s=2, leading_within_s=60)
     try:
-        await eventually(lambda: operator.running, 60, "the operator running in the leader")
-        yield Live(service, operator, api)
+        async with plane as running:
+            yield running
     finally:
-        for task in loops:
-            task.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
-        await operator.close()
-        for doc in (await store.all(SANDBOXES)).values():
-            await service.delete(Principal(doc["tenant"]), doc["id"])
-        await lifecycle.stop()
-        await service.instances.drain()
-        await service.close()
-        await store.close()
         with contextlib.suppress(NotFound):
             await api.delete(f"/api/v1/namespaces/{NAMESPACE}", what="delete the test namespace")
         await api.close()
 
 
-async def _sh(live: Live, sandbox_id: str, cmd: str) -> str:
+async def _sh(live: Plane, sandbox_id: str, cmd: str) -> str:
     result = await live.service.exec(ALICE, sandbox_id, Exec(cmd=cmd))
     assert result.exit_code == 0, result.stderr
     return result.stdout
 
 
-async def test_create_step_observe_and_reset_to_a_snapshot(live: Live) -> None:
+async def test_create_step_observe_and_reset_to_a_snapshot(live: Plane) -> None:
     info = await live.service.create(ALICE, TERMINAL)
     observation = await live.service.step(ALICE, info.id, Exec(cmd="echo v1 > /workspace/state; cat /workspace/state"))
     assert observation.exec is not None and observation.exec.stdout == "v1\n"
@@ -150,7 +107,7 @@ async def test_create_step_observe_and_reset_to_a_snapshot(live: Live) -> None:
     await live.service.delete(ALICE, desktop.id)
 
 
-async def test_a_sandbox_pool_object_fills_and_serves_a_claim(live: Live) -> None:
+async def test_a_sandbox_pool_object_fills_and_serves_a_claim(live: Plane) -> None:
     spec = SandboxSpec(kind="terminal")
     key = pool_key(spec, live.backend.image_for(spec))
     body = {"apiVersion": res.API_VERSION, "kind": "SandboxPool", "metadata": {"name": "live-terminal"},
@@ -165,11 +122,11 @@ async def test_a_sandbox_pool_object_fills_and_serves_a_claim(live: Live) -> Non
     await eventually(lambda: _queued(live, key, 0), 60, "the pool drained")
 
 
-async def _queued(live: Live, key: str, n: int) -> bool:
+async def _queued(live: Plane, key: str, n: int) -> bool:
     return len(await live.service.store.items(key)) == n
 
 
-async def test_a_killed_pod_is_replaced(live: Live) -> None:
+async def test_a_killed_pod_is_replaced(live: Plane) -> None:
     info = await live.service.create(ALICE, TERMINAL.model_copy(update={"auto_recover": True}))
     before = await live.instance(info.id)
     pod = core_path(NAMESPACE, "pods", live.backend.pod_name(before))
@@ -184,7 +141,7 @@ async def test_a_killed_pod_is_replaced(live: Live) -> None:
     await live.service.delete(ALICE, info.id)
 
 
-async def test_sandbox_objects_are_mirrored_and_deleting_one_ends_its_sandbox(live: Live) -> None:
+async def test_sandbox_objects_are_mirrored_and_deleting_one_ends_its_sandbox(live: Plane) -> None:
     info = await live.service.create(ALICE, TERMINAL)
 
     async def healthy() -> bool:
@@ -199,6 +156,6 @@ async def test_sandbox_objects_are_mirrored_and_deleting_one_ends_its_sandbox(li
     await eventually(lambda: _ended(live, info.id), 120, "the sandbox ended and its object gone")
 
 
-async def _ended(live: Live, sandbox_id: str) -> bool:
+async def _ended(live: Plane, sandbox_id: str) -> bool:
     gone = await live.service.store.get(SANDBOXES, sandbox_id) is None
     return gone and await live.obj(res.SANDBOXES, sandbox_id) is None

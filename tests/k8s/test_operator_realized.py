@@ -6,7 +6,6 @@ openAPIV3Schema with jsonschema (the fake answers 422 to what fails, and the tes
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,14 +21,11 @@ from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.errors import NotFound
 from sandbox.models import SandboxSpec
 from sandbox.operator import resources as res
-from sandbox.operator.operator import Operator
-from sandbox.operator.settings import OperatorSettings
-from sandbox.service import Principal, SandboxService
-from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
+from sandbox.service import Principal
 from sandbox.service.records import SANDBOXES, pool_key
-from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_kube import FakeKube
 from tests.k8s import harness
+from tests.k8s.conftest import Plane, control_plane
 from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, docker_engine, k8s_config, owned_containers
 from tests.k8s.test_operator_fake_api import crd_docs
 from tests.polling import eventually
@@ -42,24 +38,10 @@ SPEC = SandboxSpec(kind="terminal", labels={"run": "exp-7"})
 
 
 @dataclass
-class Plane:
-    """A control plane in-process: service, lifecycle (leading) and operator, over the fake API server."""
+class FakePlane(Plane):
+    """The control plane over the fake API server (``kube``), which realizes pods as containers."""
 
     kube: FakeKube
-    service: SandboxService
-    operator: Operator
-    api: KubeApi
-
-    @property
-    def backend(self) -> KubernetesBackend:
-        backend = self.service.backend
-        assert isinstance(backend, KubernetesBackend)
-        return backend
-
-    async def obj(self, plural: str, name: str) -> dict[str, Any] | None:
-        with contextlib.suppress(NotFound):
-            return await self.api.get(res.path(NAMESPACE, plural, name), what="kubectl get")
-        return None
 
     async def pods(self, selector: str = "") -> list[str]:
         assert self.kube.store is not None
@@ -68,50 +50,33 @@ class Plane:
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
-async def plane(docker_engine: docker.DockerClient) -> AsyncIterator[Plane]:
+async def plane(docker_engine: docker.DockerClient) -> AsyncIterator[FakePlane]:
     kube = FakeKube(mode="realize", owner=K8S_OWNER, namespaces=(NAMESPACE, "sandbox-system"),
                     restart_backoff_s=0.5, validate=harness.validate_custom)  # fmt: skip
     await asyncio.to_thread(kube.start)
-    await kube.install_crds(crd_docs())
-    backend = KubernetesBackend(k8s_config(kube))
-    store = await EmbeddedStore.open(None, logger=LOGGER)
-    service = SandboxService(backend, store, logger=LOGGER)
-    await service.start()
-    lifecycle = Lifecycle(service, LifecycleSettings(tick_s=0.2, health_interval_s=1), logger=LOGGER)
-    operator = Operator(service, lifecycle, backend, settings=OperatorSettings(interval_s=0.2), logger=LOGGER)
-    api = await KubeApi.connect(k8s_config(kube))
-    loops = [asyncio.create_task(lifecycle.run()), asyncio.create_task(operator.run())]
     try:
-        await eventually(lambda: operator.running, 30, "the operator running in the leader")
-        yield Plane(kube, service, operator, api)
+        await kube.install_crds(crd_docs())
+        backend = KubernetesBackend(k8s_config(kube))
+        api = await KubeApi.connect(k8s_config(kube))
+        running = control_plane(backend, api, NAMESPACE, LOGGER, tick_s=0.2, health_interval_s=1, leading_within_s=30)
+        try:
+            async with running as common:
+                yield FakePlane(**vars(common), kube=kube)
+        finally:
+            await api.close()
     finally:
-        for task in loops:
-            task.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
-        await operator.close()
-        for doc in (await store.all(SANDBOXES)).values():
-            await service.delete(Principal(doc["tenant"]), doc["id"])
-        kept = service.pools.keys()
-        for key in kept:
-            while (queued := await store.pop(key)) is not None:
-                await service.instances.retire(queued)
-        await lifecycle.stop()
-        await service.instances.drain()
-        await service.close()
-        await store.close()
-        await api.close()
         left = await asyncio.to_thread(kube.close)
         stray = await asyncio.to_thread(owned_containers, docker_engine)
         assert not left and not stray, f"pods or containers left: {left} {stray}"
 
 
-def _validated(plane: Plane, *objs: dict[str, Any] | None) -> None:
+def _validated(plane: FakePlane, *objs: dict[str, Any] | None) -> None:
     for obj in objs:
         assert obj is not None
         harness.validate_custom(obj)
 
 
-async def test_a_sandbox_appears_as_a_sandbox_object(plane: Plane) -> None:
+async def test_a_sandbox_appears_as_a_sandbox_object(plane: FakePlane) -> None:
     info = await plane.service.create(ALICE, SPEC)
     record = await plane.service._read(info.id)
     assert record is not None
@@ -141,11 +106,11 @@ async def test_a_sandbox_appears_as_a_sandbox_object(plane: Plane) -> None:
     await eventually(lambda: _gone(plane, res.SANDBOXES, info.id), 15, "the object of the deleted sandbox removed")
 
 
-async def _gone(plane: Plane, plural: str, name: str) -> bool:
+async def _gone(plane: FakePlane, plural: str, name: str) -> bool:
     return await plane.obj(plural, name) is None
 
 
-async def test_kubectl_delete_sandbox_ends_the_sandbox(plane: Plane) -> None:
+async def test_kubectl_delete_sandbox_ends_the_sandbox(plane: FakePlane) -> None:
     info = await plane.service.create(ALICE, SPEC)
     record = await plane.service._read(info.id)
     assert record is not None
@@ -158,11 +123,11 @@ async def test_kubectl_delete_sandbox_ends_the_sandbox(plane: Plane) -> None:
     await eventually(lambda: _pod_gone(plane, pod), 30, "the sandbox's pod removed")
 
 
-async def _pod_gone(plane: Plane, pod: str) -> bool:
+async def _pod_gone(plane: FakePlane, pod: str) -> bool:
     return pod not in await plane.pods()
 
 
-async def test_a_failing_pod_shows_in_the_status_with_the_engines_word(plane: Plane) -> None:
+async def test_a_failing_pod_shows_in_the_status_with_the_engines_word(plane: FakePlane) -> None:
     info = await plane.service.create(ALICE, SPEC)
     record = await plane.service._read(info.id)
     assert record is not None
@@ -188,7 +153,7 @@ async def test_a_failing_pod_shows_in_the_status_with_the_engines_word(plane: Pl
     await plane.service.delete(ALICE, info.id)
 
 
-async def test_a_sandbox_object_made_by_hand_is_ignored(plane: Plane) -> None:
+async def test_a_sandbox_object_made_by_hand_is_ignored(plane: FakePlane) -> None:
     name = "sb-term-0000deadbeef"
     body = {"apiVersion": res.API_VERSION, "kind": "Sandbox", "metadata": {"name": name},
             "spec": {"kind": "terminal", "tenant": "mallory"}}  # fmt: skip
@@ -207,7 +172,7 @@ async def test_a_sandbox_object_made_by_hand_is_ignored(plane: Plane) -> None:
     assert await _gone(plane, res.SANDBOXES, name)  # no finalizer of ours: it goes at once
 
 
-async def test_a_sandbox_pool_object_is_a_warm_pool(plane: Plane) -> None:
+async def test_a_sandbox_pool_object_is_a_warm_pool(plane: FakePlane) -> None:
     spec = SandboxSpec(kind="terminal")
     key = pool_key(spec, plane.backend.image_for(spec))
     selector = res.pool_selector(key)
@@ -242,11 +207,11 @@ async def test_a_sandbox_pool_object_is_a_warm_pool(plane: Plane) -> None:
     assert key not in kept
 
 
-async def _drained(plane: Plane, key: str, selector: str) -> bool:
+async def _drained(plane: FakePlane, key: str, selector: str) -> bool:
     return not await plane.service.store.items(key) and not await plane.pods(selector)
 
 
-async def test_every_object_written_matched_its_crd(plane: Plane) -> None:
+async def test_every_object_written_matched_its_crd(plane: FakePlane) -> None:
     """Runs last: the fake checked each write against the CRD schema (what failed was answered 422, which the
     operator logs and retries, so a failure would also have kept an object from its state above)."""
     store = plane.kube.store

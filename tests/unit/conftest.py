@@ -1,5 +1,6 @@
 """Fixtures for the API tests: one service layer over the in-package fake backend, per test module,
-behind a real ``grpc.aio`` server on 127.0.0.1 and an in-process (ASGI) REST app."""
+behind a real ``grpc.aio`` server on 127.0.0.1 and an in-process (ASGI) REST app. The service records no
+trajectories unless its module sets ``RECORD_TRAJECTORIES = True`` (then: to a fresh directory)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,16 @@ from sandbox.client import AsyncClient
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_backend import FakeBackend, FakeConfig
+from sandbox.trajectories import LocalTrajectoryStore
 
 ALPHA_TOKEN = "alpha-token-0123456789"
 BETA_TOKEN = "beta-token-0123456789ab"
 ADMIN_TOKEN = "admin-token-0123456789a"
 TOKENS: dict[str, object] = {ALPHA_TOKEN: "alpha", BETA_TOKEN: "beta", ADMIN_TOKEN: {"tenant": "ops", "admin": True}}
+ALPHA = {"authorization": f"Bearer {ALPHA_TOKEN}"}
+BETA = {"authorization": f"Bearer {BETA_TOKEN}"}
+ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+"""The REST headers of each tenant's token."""
 LOGGER = logging.getLogger("sandbox.test.api")
 
 
@@ -36,11 +42,22 @@ def socket_root() -> Iterator[str]:
     assert not leftovers, f"sandboxes left behind: {leftovers}"
 
 
+@pytest.fixture(scope="module")
+def trajectories(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> LocalTrajectoryStore | None:
+    """Where the module's service records trajectories: a fresh directory if the module sets
+    ``RECORD_TRAJECTORIES = True``, else nowhere."""
+    if not getattr(request.module, "RECORD_TRAJECTORIES", False):
+        return None
+    return LocalTrajectoryStore(tmp_path_factory.mktemp("trajectories"))
+
+
 @pytest_asyncio.fixture(scope="module")
-async def service(socket_root: str) -> AsyncIterator[SandboxService]:
+async def service(socket_root: str, trajectories: LocalTrajectoryStore | None) -> AsyncIterator[SandboxService]:
     store = await EmbeddedStore.open(None, logger=LOGGER)
     backend = FakeBackend(FakeConfig(socket_root=socket_root))
-    service = SandboxService(backend, store, logger=LOGGER)
+    service = SandboxService(backend, store, logger=LOGGER, trajectories=trajectories)
     yield service
     await service.close()
     await backend.close()  # the fake's sandboxes are processes of this one: they end with it

@@ -9,27 +9,21 @@ import asyncio
 import copy
 import json
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 
 from sandbox.client import AsyncClient
 from sandbox.errors import FailedPrecondition, InvalidArgument
 from sandbox.models import Exec, SandboxSpec
 from sandbox.service import Principal, SandboxService
 from sandbox.service.episodes import split_setup
-from sandbox.store import EmbeddedStore
 from sandbox.tasks.model import Task
-from sandbox.testing.fake_backend import FakeBackend, FakeConfig
-from sandbox.trajectories import LocalTrajectoryStore
-from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, LOGGER
+from tests.unit.conftest import ALPHA, ALPHA_TOKEN, LOGGER
 
-ALPHA = {"authorization": f"Bearer {ALPHA_TOKEN}"}
-ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+RECORD_TRAJECTORIES = True  # the conftest's service records this module's trajectories to a directory
 
 TASK: dict[str, Any] = {
     "id": "write-hello",
@@ -54,19 +48,6 @@ def task(**changes: Any) -> dict[str, Any]:
         else:
             data[key] = value
     return data
-
-
-@pytest_asyncio.fixture(scope="module")
-async def service(socket_root: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SandboxService]:
-    """The module's service, recording trajectories to a directory (the conftest's records none)."""
-    store = await EmbeddedStore.open(None, logger=LOGGER)
-    backend = FakeBackend(FakeConfig(socket_root=socket_root))
-    trajectories = LocalTrajectoryStore(tmp_path_factory.mktemp("trajectories"))
-    service = SandboxService(backend, store, logger=LOGGER, trajectories=trajectories)
-    yield service
-    await service.close()
-    await backend.close()
-    await store.close()
 
 
 async def test_an_episode_over_grpc_from_reset_to_reward(alpha: AsyncClient, service: SandboxService) -> None:

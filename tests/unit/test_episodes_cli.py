@@ -4,35 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-import pytest_asyncio
 from typer.testing import CliRunner
 
 from sandbox.cli import app
 from sandbox.client import AsyncClient
-from sandbox.service import SandboxService
-from sandbox.store import EmbeddedStore
-from sandbox.testing.fake_backend import FakeBackend, FakeConfig
-from sandbox.trajectories import LocalTrajectoryStore
-from tests.unit.conftest import ALPHA_TOKEN, LOGGER
+from tests.unit.conftest import ALPHA_TOKEN
 from tests.unit.test_episodes import TASK, task
 
+RECORD_TRAJECTORIES = True  # the conftest's service records this module's trajectories to a directory
 runner = CliRunner()
-
-
-@pytest_asyncio.fixture(scope="module")
-async def service(socket_root: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SandboxService]:
-    store = await EmbeddedStore.open(None, logger=LOGGER)
-    backend = FakeBackend(FakeConfig(socket_root=socket_root))
-    trajectories = LocalTrajectoryStore(tmp_path_factory.mktemp("trajectories"))
-    service = SandboxService(backend, store, logger=LOGGER, trajectories=trajectories)
-    yield service
-    await service.close()
-    await backend.close()
-    await store.close()
 
 
 def test_task_check(tmp_path: Path) -> None:

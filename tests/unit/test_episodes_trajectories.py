@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
-import pytest_asyncio
 from PIL import Image
 from pydantic import BaseModel
 
@@ -18,16 +16,12 @@ from sandbox.client import AsyncClient
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.models import Observation, SandboxKind, Screenshot
 from sandbox.service import SandboxService
-from sandbox.store import EmbeddedStore
-from sandbox.testing.fake_backend import FakeBackend, FakeConfig
 from sandbox.trajectories import FrameRef, LocalTrajectoryStore, TrajectoryInfo, TrajectoryStep, frame_hash
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
-from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER
+from tests.unit.conftest import ALPHA, BETA
 from tests.unit.test_proto_sync import difference, field_names
 
-ALPHA = {"authorization": f"Bearer {ALPHA_TOKEN}"}
-BETA = {"authorization": f"Bearer {BETA_TOKEN}"}
-ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+RECORD_TRAJECTORIES = True  # the conftest's service records this module's trajectories to a directory
 
 
 def png(color: tuple[int, int, int], size: tuple[int, int] = (64, 40)) -> Screenshot:
@@ -102,18 +96,6 @@ async def test_the_store_keeps_tenants_apart_and_checks_names(tmp_path: Path) ->
 
 
 # --------------------------------------------------------------------------- through the API
-
-
-@pytest_asyncio.fixture(scope="module")
-async def service(socket_root: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SandboxService]:
-    store = await EmbeddedStore.open(None, logger=LOGGER)
-    backend = FakeBackend(FakeConfig(socket_root=socket_root))
-    trajectories = LocalTrajectoryStore(tmp_path_factory.mktemp("trajectories"))
-    service = SandboxService(backend, store, logger=LOGGER, trajectories=trajectories)
-    yield service
-    await service.close()
-    await backend.close()
-    await store.close()
 
 
 async def test_trajectories_through_grpc_and_rest(

@@ -19,12 +19,16 @@ from sandbox.wire.convert import validate_action
 
 def test_every_game_has_its_page_and_the_page_api() -> None:
     files = dict(games.asset_files())
+    common = files["lib/common.js"].decode()
+    assert "window.game = Object.freeze({" in common and "state," in common and "seed(n)" in common
     for game in games.GAMES.values():
         page = files[f"{game.name}/index.html"].decode()
-        for ref in re.findall(r'(?:src|href)="([^"]+)"', page):
+        refs = re.findall(r'(?:src|href)="([^"]+)"', page)
+        for ref in refs:
             assert posixpath.normpath(f"{game.name}/{ref}") in files, f"{game.name}/index.html: {ref} is not shipped"
+        assert refs.index("../lib/common.js") < refs.index(f"{game.name}.js"), "the shared script loads first"
         script = files[f"{game.name}/{game.name}.js"].decode()
-        assert "window.game = Object.freeze({" in script and "state," in script and "seed(n)" in script
+        assert "expose(state, reset);" in script, f"{game.name} does not expose window.game"
         for field in ("score", "level", "over"):
             assert field in game.state_fields
             assert re.search(rf"\b{field}\b", script), f"{game.name}'s state() has no {field}"

@@ -22,13 +22,10 @@ from sandbox.service import SandboxService
 from sandbox.service.records import SANDBOXES, LeaseEnd, SandboxRecord
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
-from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN
+from tests.unit.conftest import ALPHA, ALPHA_TOKEN, BETA, BETA_TOKEN
 
 DEFAULT_TTL_S = SandboxSpec.model_fields["ttl_s"].default
 DEFAULT_IDLE_S = SandboxSpec.model_fields["idle_timeout_s"].default
-ALPHA = {"Authorization": f"Bearer {ALPHA_TOKEN}"}
-BETA = {"Authorization": f"Bearer {BETA_TOKEN}"}
-ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 AUTH_ALPHA = (("authorization", f"Bearer {ALPHA_TOKEN}"),)
 
 

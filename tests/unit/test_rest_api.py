@@ -17,11 +17,8 @@ import pytest_asyncio
 from sandbox.api.rest.limits import MAX_JSON_BODY_BYTES
 from sandbox.models import Observation, Screenshot
 from sandbox.service import Principal, SandboxService
-from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER
+from tests.unit.conftest import ADMIN, ALPHA, BETA, LOGGER
 
-ALPHA = {"Authorization": f"Bearer {ALPHA_TOKEN}"}
-BETA = {"Authorization": f"Bearer {BETA_TOKEN}"}
-ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 JSON = {"content-type": "application/json"}
 

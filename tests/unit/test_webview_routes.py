@@ -11,10 +11,7 @@ import pytest_asyncio
 from sandbox.api.rest import create_app
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.service.tickets import TicketIssuer
-from tests.unit.conftest import ALPHA_TOKEN, BETA_TOKEN, LOGGER, TOKENS
-
-ALPHA = {"Authorization": f"Bearer {ALPHA_TOKEN}"}
-BETA = {"Authorization": f"Bearer {BETA_TOKEN}"}
+from tests.unit.conftest import ALPHA, ALPHA_TOKEN, BETA, BETA_TOKEN, LOGGER, TOKENS
 
 
 @pytest_asyncio.fixture(scope="module")

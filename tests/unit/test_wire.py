@@ -56,7 +56,7 @@ def test_each_mapping_reads_the_row(row: status.Row) -> None:
     assert status.http_status(error) == row.http_status
     assert status.grpc_status_of_http(row.http_status) is not None
     if row.agent_code is not None:
-        back = errors.from_agent(row.agent_code, "boom")  # the importers' name reads the same table
+        back = status.from_agent(row.agent_code, "boom")
         assert type(back) is row.error and back.message == "boom"
 
 

@@ -1,4 +1,4 @@
-// Shared by the games: a seeded random generator, the URL's parameters, and the page-level API's shape.
+// Shared by the games: a seeded random generator, the URL's parameters, and the page-level API (window.game).
 // A game reads time only through performance.now(), setTimeout and requestAnimationFrame, so the platform's
 // page clock (window.__clock, installed by the sandbox agent) drives it; without that clock it runs in real time.
 (() => {
@@ -29,5 +29,22 @@
     return n >>> 0;
   }
 
-  window.GameLib = Object.freeze({ rng, param, seedOf });
+  // The page-level API every game exposes: window.game = {state(), seed(n), reset()}, over the game's own state()
+  // and reset(seed) (which starts the game over, with that seed when given); then the game's first start.
+  function expose(state, reset) {
+    window.game = Object.freeze({
+      state,
+      seed(n) {
+        reset(seedOf(n));
+        return state();
+      },
+      reset() {
+        reset();
+        return state();
+      },
+    });
+    reset();
+  }
+
+  window.GameLib = Object.freeze({ rng, param, seedOf, expose });
 })();

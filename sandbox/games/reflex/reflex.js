@@ -1,10 +1,10 @@
 // Reflex: targets appear at seeded places and times driven by the page clock (setTimeout); click each one before
 // it expires. Deterministic: the same seed, clicks and clock steps give the same game. state().targets gives each
 // live target's centre in page (viewport) pixels, where a page_click hits it. window.game = {state(), seed(n),
-// reset()}.
+// reset()} (lib/common.js).
 (() => {
   "use strict";
-  const { rng, param, seedOf } = window.GameLib;
+  const { rng, param, seedOf, expose } = window.GameLib;
   const DURATION_MS = Math.max(1000, param("duration", 30000));
   const MAX_MISSES = Math.max(1, param("misses", 5));
   const FIRST_SPAWN_MS = 500;
@@ -41,7 +41,8 @@
     return handle;
   }
 
-  function reset() {
+  function reset(next = seed) {
+    seed = next;
     pending.forEach(clearTimeout);
     pending.clear();
     random = rng(seed);
@@ -174,17 +175,5 @@
     });
   }
 
-  window.game = Object.freeze({
-    state,
-    seed(n) {
-      seed = seedOf(n);
-      reset();
-      return state();
-    },
-    reset() {
-      reset();
-      return state();
-    },
-  });
-  reset();
+  expose(state, reset);
 })();

@@ -1,9 +1,9 @@
 // Tiles: a sliding-tile game like 2048 on a 4x4 board, seeded (?seed=N) and deterministic: the same seed and the
 // same keys give the same board. The logic runs at once on each key; the page clock only drives the short
-// highlight of new and merged tiles. window.game = {state(), seed(n), reset()}.
+// highlight of new and merged tiles. window.game = {state(), seed(n), reset()} (lib/common.js).
 (() => {
   "use strict";
-  const { rng, param, seedOf } = window.GameLib;
+  const { rng, param, seedOf, expose } = window.GameLib;
   const SIZE = 4;
   const CELL = 105;
   const GAP = 12;
@@ -32,7 +32,8 @@
   let pops; // cell index -> time it appeared or merged
   let frame = null;
 
-  function reset() {
+  function reset(next = seed) {
+    seed = next;
     random = rng(seed);
     board = new Array(SIZE * SIZE).fill(0);
     score = 0;
@@ -192,17 +193,5 @@
     move(dir);
   });
 
-  window.game = Object.freeze({
-    state,
-    seed(n) {
-      seed = seedOf(n);
-      reset();
-      return state();
-    },
-    reset() {
-      reset();
-      return state();
-    },
-  });
-  reset();
+  expose(state, reset);
 })();
