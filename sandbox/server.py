@@ -45,7 +45,9 @@ class ServerSettings(BaseModel):
     operator: OperatorSettings = Field(
         default_factory=OperatorSettings, description="Kubernetes only: Sandbox and SandboxPool objects."
     )
-    tasks: TaskSettings = Field(default_factory=TaskSettings, description="Fixtures of task downloads, warm replicas.")
+    tasks: TaskSettings = Field(
+        default_factory=TaskSettings, description="Fixtures of task downloads, warm replicas, task snapshot collection."
+    )
     trajectories: TrajectorySettings = Field(default_factory=TrajectorySettings, description="Where episodes go.")
 
 

@@ -2,9 +2,11 @@
 
     reset(task=...)   the task's post-setup state, and the first observation. The first time: the task's image, its
                       setup run, and the files the setup made snapshotted (``task-<digest[:16]>``, ``warm`` replicas
-                      kept). Later: a warm replica of that snapshot swapped in. A snapshot keeps no memory, so the
+                      kept): by one of the resets that begin together, the others only set up (``task_snapshots``).
+                      Later: a warm replica of that snapshot swapped in. A snapshot keeps no memory, so the
                       setup steps from the first one on live programs (launch, open, windows, tabs) run after the
                       swap too (``split_setup``). A backend that cannot snapshot runs the whole setup every time.
+                      Snapshots nobody used lately are removed by the leader (``task_snapshots``).
     step(action)      counted; the episode ends on DONE or FAIL, at the step limit or the time limit (truncated);
                       a step after the end is refused until the next reset
     evaluate()        the task's evaluator: the reward in [0, 1], kept on the episode
@@ -21,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, overload
 
-from sandbox.errors import FailedPrecondition, InvalidArgument, SandboxError, Unavailable
+from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sandbox.models import (
     OSWORLD_WAIT_S,
     Action,
@@ -36,7 +38,7 @@ from sandbox.models import (
 )
 from sandbox.service.auth import Principal
 from sandbox.service.core import _ids, ms_since, timed
-from sandbox.service.records import SNAPSHOTS, EpisodeRecord, SandboxRecord, snapshot_key
+from sandbox.service.records import EpisodeRecord, SandboxRecord
 from sandbox.service.task_config import (
     MAX_SENT_FIXTURE_BYTES,
     SentFixtures,
@@ -45,15 +47,15 @@ from sandbox.service.task_config import (
     task_snapshot_name,
 )
 from sandbox.service.task_runtime import AgentRuntime
+from sandbox.service.task_snapshots import TaskSnapshotOps
 from sandbox.service.task_store import keep_task, kept_task
-from sandbox.service.trajectory_ops import TrajectoryOps
 from sandbox.tasks.model import SetupStep, Task, TaskError
 from sandbox.tasks.runtime import Fixtures
 from sandbox.tasks.setup import run_steps
 from sandbox.trajectories import TrajectoryStore
 
 
-class EpisodeOps(TrajectoryOps):
+class EpisodeOps(TaskSnapshotOps):
     def __init__(
         self,
         *args: Any,
@@ -67,6 +69,8 @@ class EpisodeOps(TrajectoryOps):
         self.trajectories = trajectories
         self.setups_run = 0
         """Task setups this replica ran up to their snapshot (a reset that swapped the snapshot in runs none)."""
+        self.task_snapshots_taken = 0
+        """Task snapshots this replica took (the first reset rule: one per task, across replicas)."""
 
     def load_task(self, data: Any, *, fixtures: Mapping[str, bytes] | None = None) -> Task:
         """A task from a request (its JSON text, or the object), with the files the client sent for its downloads;
@@ -145,18 +149,27 @@ class EpisodeOps(TrajectoryOps):
         )
         timings: dict[str, float] = {}
         before = record
-        swapped = name is not None and await self.store.get(SNAPSHOTS, snapshot_key(principal.tenant, name)) is not None
-        updated = await self._reset_onto(
-            principal, sandbox_id, base.model_copy(update={"snapshot": name}) if swapped else base
-        )
-        timings["swap"] = ms_since(started)
-        setup_started = time.perf_counter()
-        ran = 0 if swapped else len(kept)
-        if not swapped and kept:
-            self.setups_run += 1
-            await self._run_steps(updated, kept, fixtures, where="config")
-            if name is not None:
-                await self._snapshot_task(principal, updated, name)
+        swapped = name is not None and await self._use_task_snapshot(principal.tenant, name)
+        lock = None
+        try:
+            if name is not None and not swapped:  # the first reset rule: see task_snapshots
+                lock = await self._lock_task_snapshot(principal.tenant, name, record)
+                # Under the lock, look again: one taken under a lock released since the first look is swapped in.
+                swapped = lock is not None and await self._use_task_snapshot(principal.tenant, name)
+            updated = await self._reset_onto(
+                principal, sandbox_id, base.model_copy(update={"snapshot": name}) if swapped else base
+            )
+            timings["swap"] = ms_since(started)
+            setup_started = time.perf_counter()
+            ran = 0 if swapped else len(kept)
+            if not swapped and kept:
+                self.setups_run += 1
+                await self._run_steps(updated, kept, fixtures, where="config")
+                if lock is not None and name is not None:  # else another reset takes it, or none can be taken
+                    self.task_snapshots_taken += await self._snapshot_task(principal.tenant, updated, name, lock)
+        finally:
+            if lock is not None:
+                await lock.release()
         if live:
             await self._run_steps(updated, live, fixtures, where=f"config[{len(kept)}:]")
             ran += len(live)
@@ -192,28 +205,6 @@ class EpisodeOps(TrajectoryOps):
             await run_steps(steps, runtime, fixtures, password=self.task_settings.password, where=where)
         except Unavailable as e:
             raise await self._dead(record, e) from e
-
-    async def _snapshot_task(self, principal: Principal, record: SandboxRecord, name: str) -> None:
-        """Keep the post-setup state for the next reset to this task, when the backend can."""
-        warm = self.task_settings.warm_per_task
-        if not self.backend.can_snapshot:
-            self._log.info(
-                "the %s backend cannot take snapshots: every reset to a task runs its setup",
-                self.backend.name,
-                extra=_ids(record),
-            )
-            return
-        if await self.store.get(SNAPSHOTS, snapshot_key(principal.tenant, name)) is not None:
-            return  # another reset to the same task took it meanwhile
-        try:
-            await self.snapshot(principal, record.id, name, warm=warm)
-        except SandboxError as e:
-            self._log.warning(
-                "could not snapshot the state of task %s: %s (its next reset runs setup again)",
-                name,
-                e.message,
-                extra=_ids(record),
-            )
 
     async def _begin(self, record: SandboxRecord, episode: EpisodeRecord) -> SandboxRecord:
         """Write ``episode`` onto the record, if the instance ``record`` names still serves the sandbox."""

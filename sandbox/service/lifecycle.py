@@ -1,6 +1,7 @@
 """The control plane's background work: health probes, lease expiry, warm-pool refills, reconciliation
-with the engine, and adoption after the store lost its data. Every replica runs the loop; only the one
-holding the leader lock in the store acts, so two replicas never double the work (or the containers)."""
+with the engine (unused task snapshots removed with it), and adoption after the store lost its data. Every
+replica runs the loop; only the one holding the leader lock in the store acts, so two replicas never double the
+work (or the containers)."""
 
 from __future__ import annotations
 
@@ -210,6 +211,7 @@ class Lifecycle:
         Unused in two passes in a row (and old enough) is an orphan: a create cut off by a crash, a container
         someone else left with our labels. Each removal is a compare-and-set on the record as read in this pass,
         so an instance claimed meanwhile is never removed. Nothing is removed while the store's epoch changes.
+        Snapshot images no record names go too, and task snapshots nobody used lately (``task_snapshots``).
         """
         service = self.service
         store, backend = service.store, service.backend
@@ -244,6 +246,7 @@ class Lifecycle:
             if instance not in on_engine and record.pool and instance in waiting:
                 await store.remove(record.pool, instance)
         await service.collect_snapshot_images(min_age_s=max(grace, SNAPSHOT_GRACE_S))
+        await service.collect_task_snapshots()  # unused ones: their records, warm instances and images
 
 
 def _unused(

@@ -223,9 +223,17 @@ class SnapshotRecord(SnapshotInfo):
     even after that sandbox is gone, on whichever control-plane replica leads."""
 
     spec: SandboxSpec | None = None
+    task: bool = False
+    """A task's post-setup state, taken by a reset to the task (``task_snapshots``): collected when unused."""
+    last_used_at: float | None = None
+    """When a reset to its task last swapped it in (roughly: see ``task_snapshots.TOUCH_EVERY_S``)."""
 
     def info(self) -> SnapshotInfo:
-        return SnapshotInfo.model_validate(self.model_dump(exclude={"spec"}))
+        return SnapshotInfo.model_validate(self.model_dump(exclude={"spec", "task", "last_used_at"}))
+
+    def last_used(self) -> float:
+        """When it was last used: swapped in by a reset, else taken."""
+        return max(self.created_at, self.last_used_at or 0.0)
 
     def warm_spec(self) -> SandboxSpec | None:
         return None if self.spec is None else self.spec.model_copy(update={"snapshot": self.name})

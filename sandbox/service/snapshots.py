@@ -12,7 +12,7 @@ from sandbox.service.acting import ActingOps
 from sandbox.service.auth import Principal
 from sandbox.service.autostart import capture_autostart
 from sandbox.service.core import timed
-from sandbox.service.records import SNAPSHOTS, SnapshotRecord, snapshot_key
+from sandbox.service.records import SNAPSHOTS, SandboxRecord, SnapshotRecord, snapshot_key
 
 SNAPSHOT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 MAX_WARM = 32
@@ -27,26 +27,34 @@ class SnapshotOps(ActingOps):
         if not 0 <= warm <= MAX_WARM:
             raise InvalidArgument(f"warm must be between 0 and {MAX_WARM}")
         record = await self._find(principal, sandbox_id)
+        return (await self._take_snapshot(principal.tenant, record, name, warm=warm)).info()
+
+    async def _take_snapshot(
+        self, tenant: str, record: SandboxRecord, name: str, *, warm: int, task: bool = False
+    ) -> SnapshotRecord:
+        """Commit the instance ``record`` names as ``tenant``'s snapshot ``name``, store its record (replacing any of
+        that name) and keep its warm instances; the record as stored."""
         if record.spec.kind is SandboxKind.DESKTOP:
             await capture_autostart(self._agent(record))
         snap = SnapshotRecord(
             name=name,
-            tenant=principal.tenant,
+            tenant=tenant,
             kind=record.spec.kind,
             image="",
-            source=sandbox_id,
+            source=record.id,
             created_at=time.time(),
             warm=warm,
             spec=record.spec,
+            task=task,
         )
         # The image carries its record, so a store that loses its data can adopt the snapshot again.
         image = await self.backend.snapshot(
-            record.instance, f"{principal.tenant}.{name}", record=snap.model_dump(mode="json", exclude={"image"})
+            record.instance, f"{tenant}.{name}", record=snap.model_dump(mode="json", exclude={"image"})
         )
         snap = snap.model_copy(update={"image": image})
-        await self.store.put(SNAPSHOTS, snapshot_key(principal.tenant, name), snap.model_dump(mode="json"))
+        await self.store.put(SNAPSHOTS, snapshot_key(tenant, name), snap.model_dump(mode="json"))
         await self.sync_snapshot_pools()
-        return snap.info()
+        return snap
 
     async def sync_snapshot_pools(self) -> None:
         """Keep warm instances of the stored snapshots that ask for them, and of no others.

@@ -34,6 +34,18 @@ class TaskSettings(BaseModel):
         1, ge=0, le=MAX_WARM, description="Warm replicas kept of each task's post-setup snapshot (0: none)."
     )
     password: str = Field("password", description="The sandbox user's password, OSWorld's {CLIENT_PASSWORD}.")
+    task_snapshot_ttl_s: float | None = Field(
+        24 * 3600.0,
+        gt=0,
+        description="A task's post-setup snapshot no reset used for this long is removed: its record, warm replicas "
+        "and image (null: kept however long unused).",
+    )
+    max_task_snapshots: int | None = Field(
+        64,
+        ge=1,
+        description="Most task snapshots kept (each keeps warm_per_task replicas running); the least recently used "
+        "beyond it are removed (null: no bound).",
+    )
 
     def fixtures(self) -> Fixtures:
         urls: dict[str, str | Path] = {}
