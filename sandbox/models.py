@@ -7,9 +7,9 @@ import enum
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+from sandbox.model_rules import COMMAND, MOUNT_PATH, SYSTEM_DIR, VOLUME_NAME, EnvName, EnvValue, keys_must_match
 
 MAX_LEASE_S = 7 * 24 * 3600
 """The longest lease (seconds): the limit of ``SandboxSpec.ttl_s`` and ``idle_timeout_s``, and of a renewal."""
@@ -53,21 +53,19 @@ class ScreenSize(Model):
 
 
 class VolumeMount(Model):
-    name: str = Field(description="Name of a platform volume; created on first use.")
-    path: str = Field(description="Absolute path inside the sandbox.")
-    read_only: bool = False
-
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError("volume name must be 1-63 of [a-zA-Z0-9_.-], starting alphanumeric")
-        return v
+    name: str = Field(
+        pattern=VOLUME_NAME, description="Name of a platform volume (1-63 of [a-zA-Z0-9_.-]); created on first use."
+    )
+    path: str = Field(
+        json_schema_extra={"pattern": MOUNT_PATH, "not": {"pattern": SYSTEM_DIR}},
+        description="Absolute path inside the sandbox, without '..', and not /proc, /sys or /run/sandbox.",
+    )
+    read_only: StrictBool = False
 
     @field_validator("path")
     @classmethod
     def _valid_path(cls, v: str) -> str:
-        if not v.startswith("/") or ".." in v.split("/") or v.rstrip("/") in ("", "/run/sandbox", "/proc", "/sys"):
+        if not re.fullmatch(MOUNT_PATH, v) or re.fullmatch(SYSTEM_DIR, v):
             raise ValueError("path must be absolute, without '..', and not a system directory")
         return v
 
@@ -79,21 +77,16 @@ class SandboxSpec(Model):
     screen: ScreenSize = ScreenSize()
     network: NetworkPolicy = NetworkPolicy.NONE
     volumes: tuple[VolumeMount, ...] = ()
-    env: dict[str, str] = Field(default_factory=dict)
-    labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels, kept with the sandbox.")
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=64, json_schema_extra=keys_must_match)
+    labels: dict[str, str] = Field(
+        default_factory=dict, max_length=64, description="Free-form labels, kept with the sandbox."
+    )
     snapshot: str | None = Field(None, description="Start from this snapshot of the caller's instead of the image.")
     ttl_s: float = Field(6 * 3600, gt=0, le=MAX_LEASE_S, description="Lease: deleted this long after creation.")
     idle_timeout_s: float | None = Field(
         1800, gt=0, le=MAX_LEASE_S, description="Lease: deleted after this long with no call on it; None: never."
     )
-    auto_recover: bool = Field(False, description="Replace the sandbox when it fails a health check.")
-
-    @field_validator("env", "labels")
-    @classmethod
-    def _bounded(cls, v: dict[str, str]) -> dict[str, str]:
-        if len(v) > 64:
-            raise ValueError("at most 64 entries")
-        return v
+    auto_recover: StrictBool = Field(False, description="Replace the sandbox when it fails a health check.")
 
 
 class SandboxState(enum.StrEnum):
@@ -228,12 +221,12 @@ class Wait(_Action):
 
 class Exec(_Action):
     type: Literal["exec"] = "exec"
-    cmd: str | list[str]
+    cmd: str | list[str] = Field(description="A shell command line, or an argv list.", json_schema_extra=COMMAND)
     timeout: float = Field(60.0, gt=0, le=3600)
     cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, json_schema_extra=keys_must_match)
     session: str | None = Field(None, description="Run in this persistent shell session (created on first use).")
-    keep_background: bool = Field(
+    keep_background: StrictBool = Field(
         False, description="Let processes the command started in the background outlive it (one-shot exec only)."
     )
 

@@ -29,6 +29,8 @@ PROTOCOL_VERSION = 1
 _PREFIX = struct.Struct(">II")
 MAX_HEADER_BYTES = 4 * 1024 * 1024
 MAX_BLOB_BYTES = 256 * 1024 * 1024
+MAX_READ_BYTES = 128 * 1024 * 1024
+"""The most one file read returns."""
 AGENT_SOCKET_NAME = "agent.sock"
 SOCKET_DIR_IN_SANDBOX = "/run/sandbox"
 HELLO_OP = "hello"

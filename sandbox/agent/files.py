@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sandbox.agent.errors import AgentError, bad_request, require
-from sandbox.protocol import ErrorCode
+from sandbox.protocol import MAX_READ_BYTES, ErrorCode
 
-MAX_READ_BYTES = 128 * 1024 * 1024
 MAX_LIST_ENTRIES = 10_000
 
 
@@ -73,7 +72,7 @@ class Files:
                     ErrorCode.TOO_LARGE,
                     f"{path!r} has {info.st_size} bytes; read at most {MAX_READ_BYTES} at a time with offset/length",
                 )
-            f.seek(offset)
+            f.seek(min(offset, info.st_size))  # past the end: nothing to read (and lseek refuses a huge offset)
             data = f.read(max(want, 0))
         return {"path": path, "size": info.st_size, "offset": offset, "length": len(data)}, data
 
@@ -162,16 +161,25 @@ class Files:
         return {"path": path}, b""
 
     def _open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        """Open a regular file. ``O_NONBLOCK`` first: a FIFO (or a device) planted in a root must not hold the call
+        until a peer that never comes opens its other end; it is refused once opened, and a regular file goes back
+        to blocking I/O."""
         try:
-            return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
         except FileNotFoundError as e:
             raise AgentError(ErrorCode.NOT_FOUND, f"{path!r} does not exist") from e
         except IsADirectoryError as e:
             raise bad_request(f"{path!r} is a directory") from e
         except PermissionError as e:
             raise _denied(f"no permission for {path!r}: {e.strerror}") from e
-        except OSError as e:  # ELOOP: the last component became a symlink after the check
+        except OSError as e:  # ELOOP: the last component became a symlink after the check; ENXIO: a FIFO, no reader
             raise _denied(f"cannot open {path!r}: {e.strerror}") from e
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            os.close(fd)
+            raise bad_request(f"{path!r} is not a regular file")
+        os.set_blocking(fd, True)
+        return fd
 
     async def check(self) -> dict[str, Any]:
         ok = os.access(self._default_dir, os.W_OK)

@@ -36,9 +36,10 @@ from fastapi import Depends, FastAPI, Request, Response, WebSocket
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from sandbox.api import vnc_proxy
+from sandbox.api.contract import SandboxId, error_responses
 from sandbox.errors import FailedPrecondition, SandboxError, Unauthenticated
 from sandbox.models import Model
 from sandbox.service import Principal, SandboxService, TokenRegistry
@@ -60,7 +61,7 @@ TRAJECTORY_LIST = 50
 
 
 class TicketRequest(Model):
-    control: bool = Field(False, description="Whether the ticket may drive the sandbox (keys, pointer).")
+    control: StrictBool = Field(False, description="Whether the ticket may drive the sandbox (keys, pointer).")
 
 
 class ViewTicket(Model):
@@ -125,9 +126,14 @@ def mount_webview(
 
     # ------------------------------------------------------------------ the ticket office (REST)
 
-    @app.post("/v1/sandboxes/{sandbox_id}/tickets", status_code=201, tags=["web view"])
+    @app.post(
+        "/v1/sandboxes/{sandbox_id}/tickets",
+        status_code=201,
+        responses=error_responses(400, 401, 404, 409, 413, 422, "5XX"),
+        tags=["web view"],
+    )
     async def create_ticket(
-        sandbox_id: str, body: TicketRequest | None = None, caller: Principal = bearer_caller
+        sandbox_id: SandboxId, body: TicketRequest | None = None, caller: Principal = bearer_caller
     ) -> ViewTicket:
         """A short-lived ticket that opens this sandbox's web view (``url``), and no other sandbox."""
         return await issue(caller, sandbox_id, (body or TicketRequest()).control)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.agent_client import AgentClient
-from sandbox.errors import SandboxError
+from sandbox.errors import FailedPrecondition, SandboxError
 from sandbox.models import Health, HealthCheck, SandboxKind, SandboxSpec
 
 # Labels on every engine object the platform creates. Clean-up filters on them.
@@ -166,6 +166,15 @@ class Backend(abc.ABC):
         agents, self._agents = list(self._agents.values()), {}
         for agent in agents:
             await agent.close()
+
+
+def check_cpus(spec: SandboxSpec, host_cpus: float) -> None:
+    """Refuse, as the caller's to fix, a spec asking for more CPUs than the host has: the engine would refuse it too,
+    but later and as its own failure (Docker: "Range of CPUs is from 0.01 to N")."""
+    if spec.resources.cpus > host_cpus:
+        raise FailedPrecondition(
+            f"resources.cpus is {spec.resources.cpus:g}, but the host has {host_cpus:g} CPUs: ask for at most that"
+        )
 
 
 def encode_claim(claim: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from sandbox.backends.base import (
     BackendInstance,
     BackendSnapshot,
     RuntimeState,
+    check_cpus,
 )
 from sandbox.errors import FailedPrecondition, NotFound, Unavailable
 from sandbox.models import SandboxKind, SandboxSpec
@@ -68,6 +69,7 @@ class FakeBackend(Backend):
     ) -> BackendInstance:
         if spec.kind is not SandboxKind.TERMINAL:
             raise FailedPrecondition(f"the fake backend runs terminal sandboxes only, not {spec.kind.value}")
+        check_cpus(spec, len(os.sched_getaffinity(0)))  # as the Docker backend does
         await asyncio.to_thread(os.makedirs, os.path.join(self._dir(instance_id), "workspace"), exist_ok=True)
         self._procs[instance_id] = _Proc(await self._spawn(instance_id, spec), spec, time.time(), pool)
         try:

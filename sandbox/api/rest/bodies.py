@@ -1,27 +1,20 @@
-"""The request and response bodies of the REST skin only (the rest are the models of ``sandbox.models``)."""
+"""The request and response bodies of the REST skin only (the rest are the models of ``sandbox.models``; the error
+body is :mod:`sandbox.api.contract`'s)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictBool
 
 from sandbox.models import Action, FileInfo, Model, Observation, SandboxInfo, SnapshotInfo
+from sandbox.service.snapshots import MAX_WARM, SNAPSHOT_NAME
 from sandbox.trajectories.models import TrajectoryInfo
 
 
 class StepRequest(Model):
     action: Action
-    screenshot: bool = False
-
-
-class ErrorDetail(Model):
-    code: str
-    message: str
-
-
-class ErrorBody(Model):
-    error: ErrorDetail
+    screenshot: StrictBool = False
 
 
 class SandboxList(Model):
@@ -65,8 +58,12 @@ class TrajectoryList(Model):
 
 
 class SnapshotRequest(Model):
-    name: str = Field(description="1-63 of [a-z0-9_.-], starting with a letter or digit.")
-    warm: int = Field(0, description="Replicas to keep running (0-32) so a reset to the snapshot takes no start.")
+    name: str = Field(
+        pattern=SNAPSHOT_NAME.pattern, description="1-63 of [a-z0-9_.-], starting with a letter or digit."
+    )
+    warm: int = Field(
+        0, ge=0, le=MAX_WARM, description="Replicas to keep running so a reset to the snapshot takes no start."
+    )
 
 
 class SnapshotList(Model):

@@ -4,6 +4,8 @@ status name (one vocabulary across both transports)."""
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -19,6 +21,8 @@ from sandbox.errors import SandboxError
 from sandbox.wire.status import error_code_of_http, grpc_status, grpc_status_of_http, http_status
 
 _MAX_REPORTED_ERRORS = 10
+_METHOD_NOT_ALLOWED = 405
+_HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
 def error_response(
@@ -96,7 +100,28 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     message = str(exc.detail)
     if exc.status_code == 400 and exc.__cause__ is not None:  # an unreadable body: say why
         message = f"{message}: {type(exc.__cause__).__name__}"
-    return error_response(exc.status_code, error_code_of_http(exc.status_code), message, headers=exc.headers)
+    headers = exc.headers
+    allowed = _documented_methods(request) if exc.status_code == _METHOD_NOT_ALLOWED else None
+    if allowed:
+        headers = {**(headers or {}), "Allow": ", ".join(allowed)}
+    return error_response(exc.status_code, error_code_of_http(exc.status_code), message, headers=headers)
+
+
+def _documented_methods(request: Request) -> list[str]:
+    """The methods the OpenAPI document lists at the request's path (empty for a path it does not list).
+    Starlette's own ``Allow`` names the first matching route's methods only, and a path such as
+    ``/v1/sandboxes/{sandbox_id}`` has a route per method."""
+    path = request.scope.get("path", "")
+    methods: set[str] = set()
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        if _template_regex(template).fullmatch(path):
+            methods |= {method.upper() for method in operations if method in _HTTP_METHODS}
+    return sorted(methods)
+
+
+@functools.lru_cache(maxsize=256)
+def _template_regex(template: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)))
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:

@@ -7,10 +7,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 
+from sandbox.api.contract import ErrorBody, SandboxId, SnapshotName, error_responses
 from sandbox.api.rest.bodies import (
     ActionList,
     EpisodeStart,
-    ErrorBody,
     FileList,
     FileWritten,
     ResetRequest,
@@ -24,6 +24,7 @@ from sandbox.api.rest.context import Caller, Service
 from sandbox.api.rest.errors import GuardedRoute
 from sandbox.errors import InvalidArgument
 from sandbox.models import Exec, ExecResult, Health, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
+from sandbox.protocol import MAX_READ_BYTES
 from sandbox.wire.convert import Renewal
 
 API_PREFIX = "/v1"
@@ -42,6 +43,9 @@ FilePath = Annotated[
 ]
 ImageFormat = Annotated[Literal["png", "jpeg"], Query(description="Image encoding.")]
 Quality = Annotated[int, Query(ge=1, le=100, description="JPEG quality (ignored for png).")]
+WITH_BODY = error_responses(400, 413)
+"""A route that takes a JSON body: it may be unreadable, or too large."""
+FILES = error_responses(403, 413, d404="No such sandbox (or not yours), or no such file.")
 
 
 def router() -> APIRouter:
@@ -49,17 +53,27 @@ def router() -> APIRouter:
     router = APIRouter(
         prefix=API_PREFIX,
         route_class=GuardedRoute,
-        responses={
-            401: {"model": ErrorBody, "description": "No or bad bearer token."},
-            404: {"model": ErrorBody, "description": "No such sandbox (or not yours), or no such file."},
-            422: {"model": ErrorBody, "description": "Invalid input; the message names the field."},
-        },
+        responses=error_responses(401, 404, 409, 422, "5XX"),
     )
 
     # ------------------------------------------------------------------ lifecycle
 
-    @router.post("/sandboxes", status_code=201, tags=["sandboxes"])
+    @router.post(
+        "/sandboxes",
+        status_code=201,
+        responses={
+            **WITH_BODY,
+            **error_responses(
+                404,
+                409,
+                d404="No such snapshot of yours, or no such image.",
+                d409="The backend cannot run this kind, or the host has fewer CPUs than resources.cpus asks.",
+            ),
+        },
+        tags=["sandboxes"],
+    )
     async def create_sandbox(spec: SandboxSpec, caller: Caller, service: Service) -> SandboxInfo:
+        """A new sandbox of yours, running and healthy."""
         return await service.create(caller, spec)
 
     @router.get("/sandboxes", tags=["sandboxes"])
@@ -67,17 +81,17 @@ def router() -> APIRouter:
         return SandboxList(sandboxes=await service.list_sandboxes(caller))
 
     @router.get("/sandboxes/{sandbox_id}", tags=["sandboxes"])
-    async def get_sandbox(sandbox_id: str, caller: Caller, service: Service) -> SandboxInfo:
+    async def get_sandbox(sandbox_id: SandboxId, caller: Caller, service: Service) -> SandboxInfo:
         return await service.get(caller, sandbox_id)
 
     @router.delete("/sandboxes/{sandbox_id}", status_code=204, response_class=Response, tags=["sandboxes"])
-    async def delete_sandbox(sandbox_id: str, caller: Caller, service: Service) -> Response:
+    async def delete_sandbox(sandbox_id: SandboxId, caller: Caller, service: Service) -> Response:
         await service.delete(caller, sandbox_id)
         return Response(status_code=204)
 
-    @router.post("/sandboxes/{sandbox_id}/reset", tags=["sandboxes"])
+    @router.post("/sandboxes/{sandbox_id}/reset", responses=WITH_BODY, tags=["sandboxes"])
     async def reset_sandbox(
-        sandbox_id: str, caller: Caller, service: Service, body: Annotated[ResetRequest | None, Body()] = None
+        sandbox_id: SandboxId, caller: Caller, service: Service, body: Annotated[ResetRequest | None, Body()] = None
     ) -> SandboxInfo | EpisodeStart:
         """Back to the initial state; the body (optional) names a snapshot to reset to instead, or a task to start an
         episode of (the reply is then the sandbox and the episode's first observation)."""
@@ -95,17 +109,17 @@ def router() -> APIRouter:
         responses={409: {"model": ErrorBody, "description": "The sandbox runs no episode: reset it to a task."}},
         tags=["episodes"],
     )
-    async def evaluate(sandbox_id: str, caller: Caller, service: Service) -> Reward:
+    async def evaluate(sandbox_id: SandboxId, caller: Caller, service: Service) -> Reward:
         """Score the sandbox's episode with its task's evaluator: the reward in [0, 1]."""
         return Reward(reward=await service.evaluate(caller, sandbox_id))
 
     @router.post(
         "/sandboxes/{sandbox_id}/renew",
-        responses={409: {"model": ErrorBody, "description": "The sandbox's lease has already ended."}},
+        responses={**WITH_BODY, 409: {"model": ErrorBody, "description": "The sandbox's lease has already ended."}},
         tags=["sandboxes"],
     )
     async def renew_sandbox(
-        sandbox_id: str, caller: Caller, service: Service, body: Annotated[Renewal | None, Body()] = None
+        sandbox_id: SandboxId, caller: Caller, service: Service, body: Annotated[Renewal | None, Body()] = None
     ) -> SandboxInfo:
         """Extend the lease: the sandbox now expires ``ttl_s`` (default: its spec's) from now."""
         ttl_s = body.ttl_s if body is not None else None
@@ -116,10 +130,15 @@ def router() -> APIRouter:
     @router.post(
         "/sandboxes/{sandbox_id}/snapshots",
         status_code=201,
-        responses={409: {"model": ErrorBody, "description": "The sandbox or its backend cannot be snapshotted."}},
+        responses={
+            **WITH_BODY,
+            409: {"model": ErrorBody, "description": "The sandbox or its backend cannot be snapshotted."},
+        },
         tags=["snapshots"],
     )
-    async def create_snapshot(sandbox_id: str, body: SnapshotRequest, caller: Caller, service: Service) -> SnapshotInfo:
+    async def create_snapshot(
+        sandbox_id: SandboxId, body: SnapshotRequest, caller: Caller, service: Service
+    ) -> SnapshotInfo:
         """Keep the sandbox's file system (and a desktop's GUI apps) as a snapshot of yours."""
         return await service.snapshot(caller, sandbox_id, body.name, warm=body.warm)
 
@@ -128,19 +147,19 @@ def router() -> APIRouter:
         return SnapshotList(snapshots=await service.list_snapshots(caller))
 
     @router.delete("/snapshots/{name}", status_code=204, response_class=Response, tags=["snapshots"])
-    async def delete_snapshot(name: str, caller: Caller, service: Service) -> Response:
+    async def delete_snapshot(name: SnapshotName, caller: Caller, service: Service) -> Response:
         await service.delete_snapshot(caller, name)
         return Response(status_code=204)
 
     # ------------------------------------------------------------------ acting
 
-    @router.post("/sandboxes/{sandbox_id}/step", tags=["acting"])
-    async def step(sandbox_id: str, body: StepRequest, caller: Caller, service: Service) -> Observation:
+    @router.post("/sandboxes/{sandbox_id}/step", responses=WITH_BODY, tags=["acting"])
+    async def step(sandbox_id: SandboxId, body: StepRequest, caller: Caller, service: Service) -> Observation:
         return await service.step(caller, sandbox_id, body.action, screenshot=body.screenshot)
 
     @router.get("/sandboxes/{sandbox_id}/observe", tags=["acting"])
     async def observe(
-        sandbox_id: str, caller: Caller, service: Service, format: ImageFormat = "png", quality: Quality = 80
+        sandbox_id: SandboxId, caller: Caller, service: Service, format: ImageFormat = "png", quality: Quality = 80
     ) -> Observation:
         return await service.observe(caller, sandbox_id, format=format, quality=quality)
 
@@ -151,7 +170,7 @@ def router() -> APIRouter:
         tags=["acting"],
     )
     async def screenshot(
-        sandbox_id: str, caller: Caller, service: Service, format: ImageFormat = "png", quality: Quality = 80
+        sandbox_id: SandboxId, caller: Caller, service: Service, format: ImageFormat = "png", quality: Quality = 80
     ) -> Response:
         shot = await service.screenshot(caller, sandbox_id, format=format, quality=quality)
         return Response(
@@ -160,30 +179,31 @@ def router() -> APIRouter:
             headers={"X-Screen-Width": str(shot.width), "X-Screen-Height": str(shot.height)},
         )
 
-    @router.post("/sandboxes/{sandbox_id}/exec", tags=["acting"])
-    async def exec_command(sandbox_id: str, request: Exec, caller: Caller, service: Service) -> ExecResult:
+    @router.post("/sandboxes/{sandbox_id}/exec", responses=WITH_BODY, tags=["acting"])
+    async def exec_command(sandbox_id: SandboxId, request: Exec, caller: Caller, service: Service) -> ExecResult:
         return await service.exec(caller, sandbox_id, request)
 
     # ------------------------------------------------------------------ files
 
-    @router.get("/sandboxes/{sandbox_id}/files", tags=["files"])
-    async def list_files(sandbox_id: str, path: FilePath, caller: Caller, service: Service) -> FileList:
+    @router.get("/sandboxes/{sandbox_id}/files", responses=FILES, tags=["files"])
+    async def list_files(sandbox_id: SandboxId, path: FilePath, caller: Caller, service: Service) -> FileList:
         return FileList(entries=await service.list_files(caller, sandbox_id, path))
 
     @router.get(
         "/sandboxes/{sandbox_id}/files/content",
         response_class=Response,
-        responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes."}},
+        responses={200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes."}, **FILES},
         tags=["files"],
     )
     async def read_file(
-        sandbox_id: str,
+        sandbox_id: SandboxId,
         path: FilePath,
         caller: Caller,
         service: Service,
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
         length: Annotated[
-            int | None, Query(ge=0, le=MAX_OFFSET, description="Bytes to read; to the end if unset.")
+            int | None,
+            Query(ge=0, le=MAX_READ_BYTES, description="Bytes to read (128 MiB at most); to the end if unset."),
         ] = None,
     ) -> Response:
         data = await service.read_file(caller, sandbox_id, path, offset=offset, length=length)
@@ -191,16 +211,18 @@ def router() -> APIRouter:
 
     @router.put(
         "/sandboxes/{sandbox_id}/files/content",
+        responses=FILES,
         openapi_extra={
             "requestBody": {
-                "required": True,
+                "required": False,
+                "description": "The bytes to write (none: an empty file, or nothing appended).",
                 "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
             }
         },
         tags=["files"],
     )
     async def write_file(
-        sandbox_id: str,
+        sandbox_id: SandboxId,
         path: FilePath,
         request: Request,
         caller: Caller,
@@ -215,9 +237,11 @@ def router() -> APIRouter:
         size = await service.write_file(caller, sandbox_id, path, data, mode=permissions, append=append)
         return FileWritten(path=path, size=size)
 
-    @router.delete("/sandboxes/{sandbox_id}/files", status_code=204, response_class=Response, tags=["files"])
+    @router.delete(
+        "/sandboxes/{sandbox_id}/files", status_code=204, response_class=Response, responses=FILES, tags=["files"]
+    )
     async def delete_file(
-        sandbox_id: str, path: FilePath, caller: Caller, service: Service, recursive: bool = False
+        sandbox_id: SandboxId, path: FilePath, caller: Caller, service: Service, recursive: bool = False
     ) -> Response:
         await service.delete_file(caller, sandbox_id, path, recursive=recursive)
         return Response(status_code=204)
@@ -225,17 +249,25 @@ def router() -> APIRouter:
     # ------------------------------------------------------------------ inspection
 
     @router.get("/sandboxes/{sandbox_id}/health", tags=["inspection"])
-    async def health(sandbox_id: str, caller: Caller, service: Service) -> Health:
+    async def health(sandbox_id: SandboxId, caller: Caller, service: Service) -> Health:
         return await service.health(caller, sandbox_id)
 
-    @router.get("/sandboxes/{sandbox_id}/logs", response_class=PlainTextResponse, tags=["inspection"])
+    @router.get(
+        "/sandboxes/{sandbox_id}/logs",
+        response_class=Response,  # not PlainTextResponse: that would document the errors as text/plain too
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "The log tail."}},
+        tags=["inspection"],
+    )
     async def logs(
-        sandbox_id: str, caller: Caller, service: Service, tail: Annotated[int, Query(ge=0, le=MAX_LOG_TAIL)] = 200
+        sandbox_id: SandboxId,
+        caller: Caller,
+        service: Service,
+        tail: Annotated[int, Query(ge=0, le=MAX_LOG_TAIL)] = 200,
     ) -> PlainTextResponse:
         return PlainTextResponse(await service.logs(caller, sandbox_id, tail=tail))
 
     @router.get("/sandboxes/{sandbox_id}/actions", tags=["inspection"])
-    async def recent_actions(sandbox_id: str, caller: Caller, service: Service) -> ActionList:
+    async def recent_actions(sandbox_id: SandboxId, caller: Caller, service: Service) -> ActionList:
         return ActionList(actions=await service.recent_actions(caller, sandbox_id))
 
     return router

@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from sandbox.api.rest.bodies import ErrorBody, TrajectoryList
+from sandbox.api.contract import error_responses
+from sandbox.api.rest.bodies import TrajectoryList
 from sandbox.api.rest.context import Caller, Service
 from sandbox.api.rest.errors import GuardedRoute
 from sandbox.trajectories.models import Trajectory
@@ -19,11 +20,15 @@ def router(prefix: str) -> APIRouter:
         prefix=prefix,
         route_class=GuardedRoute,
         tags=["trajectories"],
-        responses={
-            401: {"model": ErrorBody, "description": "No or bad bearer token."},
-            404: {"model": ErrorBody, "description": "No such trajectory (or not yours), or no such frame."},
-            422: {"model": ErrorBody, "description": "Invalid input; the message names the field."},
-        },
+        responses=error_responses(
+            401,
+            404,
+            409,
+            422,
+            "5XX",
+            d404="No such trajectory (or not yours), or no such frame.",
+            d409="This control plane records no trajectories.",
+        ),
     )
 
     @router.get("/trajectories")
