@@ -365,18 +365,20 @@ def unhash_names(docs: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
 
 
 TOOL_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
+TOOL_ANNOTATIONS = ("helm.sh/resource-policy",)
+"""Annotations only Helm reads (keep on uninstall): kubectl has no use for them."""
 
 
 def normalized(obj: dict[str, Any]) -> dict[str, Any]:
-    """An object minus what differs by tool only: the labels naming the tool, and Helm's checksum annotations. JSON
-    files in ConfigMaps are compared as JSON."""
+    """An object minus what differs by tool only: the labels naming the tool, Helm's checksum annotations and the
+    annotations only Helm reads. JSON files in ConfigMaps are compared as JSON."""
     obj = copy.deepcopy(obj)
 
     def strip(meta: dict[str, Any]) -> None:
         for label in TOOL_LABELS:
             (meta.get("labels") or {}).pop(label, None)
         annotations = meta.get("annotations") or {}
-        for key in [k for k in annotations if k.startswith("checksum/")]:
+        for key in [k for k in annotations if k.startswith("checksum/") or k in TOOL_ANNOTATIONS]:
             del annotations[key]
         for key in ("labels", "annotations"):
             if key in meta and not meta[key]:

@@ -242,8 +242,10 @@ def test_sandbox_network_policies(render: str) -> None:
 
 def test_notes_tell_how_to_reach_the_api_and_the_web_view() -> None:
     def notes(*values: Path) -> str:
-        cmd = [harness.HELM, "install", harness.RELEASE, harness.CHART, "-n", harness.RELEASE_NAMESPACE]
-        out = harness.run([*cmd, "--dry-run=client", *harness.helm_args(values)]).stdout
+        cmd: list[str | Path] = [harness.HELM, "install", harness.RELEASE, harness.CHART]
+        out = harness.run(
+            [*cmd, "-n", harness.RELEASE_NAMESPACE, "--dry-run=client", *harness.helm_args(values)]
+        ).stdout
         return out[out.index("NOTES:") :]
 
     default = notes()
@@ -273,10 +275,111 @@ def test_package_holds_the_chart_and_not_the_kustomize_files(tmp_path: Path) -> 
 
 
 def test_template_refuses_the_release_namespace_for_sandboxes() -> None:
-    cmd = [harness.HELM, "template", "sb", harness.CHART, "-n", "sandbox-system"]
+    cmd: list[str | Path] = [harness.HELM, "template", "sb", harness.CHART, "-n", "sandbox-system"]
     proc = harness.run(
         [*cmd, "--set", "sandboxes.namespace.name=sandbox-system"],
         check=False,
     )
     assert proc.returncode != 0
     assert "must differ from the release namespace" in proc.stderr
+
+
+# --- the snapshot archives' volume (the backend's snapshot_dir) ----------------------------------------------------
+
+
+def snapshot_volume(docs: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The control plane's volume mounted at server.json's snapshot_dir, and that mount."""
+    snapshot_dir = server_json(docs)["backend"]["snapshot_dir"]
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["mountPath"] == snapshot_dir]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    return volume, mount
+
+
+def validate_all(docs: tuple[dict[str, Any], ...]) -> None:
+    failures = []
+    for version in harness.K8S_VERSIONS:
+        for obj in docs:
+            try:
+                harness.validate_any(obj, version)
+            except AssertionError as e:
+                failures.append(str(e))
+    assert not failures, "\n".join(failures)
+
+
+def test_snapshot_volume_by_default_is_a_shared_claim_at_snapshot_dir() -> None:
+    docs = harness.render("chart")
+    pvc = one(docs, "PersistentVolumeClaim", "sandbox-snapshots")
+    assert pvc["metadata"]["namespace"] == harness.RELEASE_NAMESPACE
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"], "2 replicas on any nodes share the archives"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    assert "storageClassName" not in pvc["spec"], "the cluster's default class"
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert server_json(docs)["backend"]["snapshot_dir"] == "/var/lib/sandbox/snapshots"
+    volume, mount = snapshot_volume(docs)
+    assert volume["persistentVolumeClaim"] == {"claimName": "sandbox-snapshots"}
+    assert not mount.get("readOnly")
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+
+
+def test_snapshot_volume_settings_reach_the_claim_the_mount_and_server_json() -> None:
+    sets = (
+        "controlPlane.replicaCount=1",
+        "controlPlane.snapshots.path=/data/archives",
+        "controlPlane.snapshots.size=100Gi",
+        "controlPlane.snapshots.storageClassName=fast-rwo",
+        "controlPlane.snapshots.accessModes={ReadWriteOnce}",
+        "controlPlane.snapshots.keepOnUninstall=false",
+    )
+    docs = harness.render_chart(sets=sets)
+    validate_all(docs)
+    pvc = one(docs, "PersistentVolumeClaim", "sandbox-snapshots")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["storageClassName"] == "fast-rwo"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "100Gi"
+    assert "annotations" not in pvc["metadata"]
+    assert server_json(docs)["backend"]["snapshot_dir"] == "/data/archives"
+    volume, mount = snapshot_volume(docs)
+    assert mount["mountPath"] == "/data/archives"
+    assert volume["persistentVolumeClaim"]["claimName"] == "sandbox-snapshots"
+    # a ReadWriteOnce volume cannot attach beside the old pod on another node: no surge pod
+    assert one(docs, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_snapshot_volume_from_an_existing_claim() -> None:
+    docs = harness.render_chart(sets=("controlPlane.snapshots.existingClaim=team-archives",))
+    validate_all(docs)
+    assert not by_kind(docs, "PersistentVolumeClaim"), "the chart makes no claim of its own"
+    volume, _ = snapshot_volume(docs)
+    assert volume["persistentVolumeClaim"] == {"claimName": "team-archives"}
+    assert server_json(docs)["backend"]["snapshot_dir"] == "/var/lib/sandbox/snapshots"
+
+
+def test_snapshot_volume_disabled_is_an_emptydir_and_notes_warn() -> None:
+    docs = harness.render_chart(sets=("controlPlane.snapshots.enabled=false",))
+    validate_all(docs)
+    assert not by_kind(docs, "PersistentVolumeClaim")
+    volume, _ = snapshot_volume(docs)
+    assert volume["emptyDir"] == {"sizeLimit": "20Gi"}
+    assert one(docs, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
+    cmd: list[str | Path] = [harness.HELM, "install", harness.RELEASE, harness.CHART, "-n", harness.RELEASE_NAMESPACE]
+    notes = harness.run([*cmd, "--dry-run=client", "--set", "controlPlane.snapshots.enabled=false"]).stdout
+    notes = " ".join(notes[notes.index("NOTES:") :].split())
+    assert "snapshot archives live in an emptyDir, lost whenever a control-plane pod goes" in notes
+    assert "each of the 2 replicas sees only its own" in notes
+    # the minimal example (one replica, no persistence) uses it
+    assert "emptyDir" in snapshot_volume(harness.render("chart:minimal-dev.yaml"))[0]
+
+
+def test_snapshot_volume_read_write_once_pod_allows_one_replica_only() -> None:
+    cmd: list[str | Path] = [harness.HELM, "template", harness.RELEASE, harness.CHART, "-n", harness.RELEASE_NAMESPACE]
+    proc = harness.run([*cmd, "--set", "controlPlane.snapshots.accessModes={ReadWriteOncePod}"], check=False)
+    assert proc.returncode != 0
+    assert "controlPlane.replicaCount must be 1" in proc.stderr
+    docs = harness.render_chart(
+        sets=("controlPlane.replicaCount=1", "controlPlane.snapshots.accessModes={ReadWriteOncePod}")
+    )
+    assert one(docs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteOncePod"]
+    assert one(docs, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}

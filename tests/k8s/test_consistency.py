@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -73,7 +74,8 @@ def _short(value: Any) -> str:
 def test_chart_and_base_objects_are_equal() -> None:
     """Whole objects, not a sample of fields: images, args, env, probes, ports, security contexts, volumes, RBAC rules,
     network policies, server.json (as JSON), the dashboard, labels. Only the tool's own labels (helm.sh/chart,
-    app.kubernetes.io/managed-by), Helm's checksum annotations and kustomize's name hashes are set aside."""
+    app.kubernetes.io/managed-by), Helm's checksum and resource-policy annotations and kustomize's name hashes are
+    set aside."""
     chart, base = chart_objects(), base_objects()
     problems = []
     for k in sorted(set(chart) & set(base)):
@@ -106,7 +108,7 @@ def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def pod_templates(docs: Docs) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def pod_templates(docs: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return [(d, d["spec"]["template"]) for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
 
 
@@ -170,6 +172,26 @@ def test_wiring(render: str) -> None:
         (path,) = [a.removeprefix(flag) for a in container["args"] if a.startswith(flag)]
         if path not in mounted:
             problems.append(f"{flag}{path} is not mounted (mounted: {sorted(mounted)})")
+
+    # snapshot archives: server.json's snapshot_dir is a writable volume of the control plane (its root file system
+    # is read-only), a claim of this render shared by the replicas, or an emptyDir (the chart's enabled=false)
+    snapshot_dir = json.loads(server_cm["data"]["server.json"])["backend"].get("snapshot_dir")
+    snapshot_mounts = [m for m in container["volumeMounts"] if m["mountPath"] == snapshot_dir]
+    if not snapshot_dir or len(snapshot_mounts) != 1 or snapshot_mounts[0].get("readOnly"):
+        problems.append(f"snapshot_dir {snapshot_dir!r} is not one writable volume mount of the control plane")
+    else:
+        (volume,) = [v for v in cp_spec["volumes"] if v["name"] == snapshot_mounts[0]["name"]]
+        claim = volume.get("persistentVolumeClaim", {}).get("claimName")
+        if claim:
+            need("PersistentVolumeClaim", cp_ns, claim, f"snapshot volume {volume['name']}")
+            pvc = index.get(("PersistentVolumeClaim", cp_ns, claim))
+            shared = pvc is not None and "ReadWriteMany" in pvc["spec"]["accessModes"]
+            if pvc and not shared and control_plane["spec"]["strategy"]["type"] != "Recreate":
+                problems.append(f"snapshot claim {claim} is not ReadWriteMany: a rolling update would hang")
+            if pvc and not shared and control_plane["spec"].get("replicas", 1) > 1:
+                problems.append(f"snapshot claim {claim} is not ReadWriteMany but {cp_ns} runs several replicas")
+        elif "emptyDir" not in volume:
+            problems.append(f"snapshot volume {volume['name']} is neither a claim nor an emptyDir: {volume}")
 
     # Redis: the URL's host is the Redis Service, next to the control plane
     env = {e["name"]: e for e in container["env"]}
@@ -246,8 +268,8 @@ def test_wiring(render: str) -> None:
             for path in rule["http"]["paths"]:
                 backend = path["backend"]["service"]
                 need("Service", ns, backend["name"], harness.kn(ing))
-                svc = index.get(("Service", ns, backend["name"]))
-                if svc and backend["port"]["name"] not in [p["name"] for p in svc["spec"]["ports"]]:
+                target = index.get(("Service", ns, backend["name"]))
+                if target and backend["port"]["name"] not in [p["name"] for p in target["spec"]["ports"]]:
                     problems.append(f"{harness.kn(ing)}: port {backend['port']['name']} not in {backend['name']}")
 
     assert not problems, "\n".join(problems)

@@ -66,6 +66,21 @@ BAD_VALUES: list[Any] = [
         {"redis": {"enabled": False, "external": {"url": "http://redis:6379"}}}, "/redis/external/url", id="redis-url"
     ),
     pytest.param({"redis": {"image": {"tag": 7.4}}}, "/redis/image/tag", id="numeric-tag"),
+    pytest.param(
+        {"controlPlane": {"snapshots": {"accessModes": ["ReadWriteAll"]}}},
+        "/controlPlane/snapshots/accessModes/0",
+        id="snapshot-access-mode",
+    ),
+    pytest.param(
+        {"controlPlane": {"snapshots": {"path": "var/lib/snapshots"}}},
+        "/controlPlane/snapshots/path",
+        id="snapshot-path",
+    ),
+    pytest.param({"controlPlane": {"snapshots": {"path": "/tmp"}}}, "/controlPlane/snapshots/path", id="snapshot-tmp"),
+    pytest.param({"controlPlane": {"snapshots": {"size": "lots"}}}, "/controlPlane/snapshots/size", id="snapshot-size"),
+    pytest.param(
+        {"controlPlane": {"snapshots": {"existingclaim": "x"}}}, "/controlPlane/snapshots", id="snapshot-typo"
+    ),
     pytest.param({"sandboxes": {"namespace": {"name": "Sandboxes"}}}, "/sandboxes/namespace/name", id="namespace"),
     pytest.param(
         {"sandboxes": {"networkPolicy": {"egress": {"deniedCIDRs": ["10.0.0.0/8"]}}}},

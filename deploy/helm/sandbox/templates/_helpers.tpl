@@ -115,6 +115,24 @@ The registry falls back to global.imageRegistry, the tag to the chart's appVersi
 {{- include "sandbox.image" (dict "image" (dict "registry" $images.registry "repository" $kind.repository "tag" (default $images.tag $kind.tag) "digest" $kind.digest) "root" .root) }}
 {{- end }}
 
+{{/* The claim holding snapshot archives: controlPlane.snapshots.existingClaim, or the chart's own. */}}
+{{- define "sandbox.snapshotsClaimName" -}}
+{{- default (printf "%s-snapshots" (include "sandbox.fullname" .)) .Values.controlPlane.snapshots.existingClaim }}
+{{- end }}
+
+{{/*
+"true" when the control plane's pods may be rolled one by one (a surge pod beside the old ones): the snapshot volume
+is ReadWriteMany, or an emptyDir. A ReadWriteOnce volume cannot attach on a second node, so its pods are replaced
+(strategy Recreate); a ReadWriteOncePod volume admits one pod at all.
+*/}}
+{{- define "sandbox.snapshotsRolling" -}}
+{{- $s := .Values.controlPlane.snapshots }}
+{{- if and $s.enabled (has "ReadWriteOncePod" $s.accessModes) (not (has "ReadWriteMany" $s.accessModes)) (gt (int .Values.controlPlane.replicaCount) 1) }}
+{{- fail "controlPlane.snapshots.accessModes is ReadWriteOncePod: one pod may mount it, so controlPlane.replicaCount must be 1 (ReadWriteMany for more)" }}
+{{- end }}
+{{- if or (not $s.enabled) (has "ReadWriteMany" $s.accessModes) }}true{{ end }}
+{{- end }}
+
 {{/* The name of the Secret holding the tokens file, and its key. */}}
 {{- define "sandbox.tokensSecretName" -}}
 {{- default (printf "%s-tokens" (include "sandbox.fullname" .)) .Values.auth.existingSecret }}
@@ -207,6 +225,7 @@ server.json: the settings `sandbox server --config` reads (pools, lifecycle, bac
   "storage_class" ($s.storageClassName | default nil)
   "volume_access_mode" $s.volumeAccessMode
   "volume_size" $s.volumeSize
+  "snapshot_dir" .Values.controlPlane.snapshots.path
 }}
 {{- dict "backend" $backend "pools" $pools "lifecycle" .Values.lifecycle | toPrettyJson }}
 {{- end }}
