@@ -46,9 +46,11 @@ from sandbox.backends.base import (
     BackendInstance,
     BackendSnapshot,
     RuntimeState,
+    check_cpus,
 )
 from sandbox.backends.docker import claims as claim_files
 from sandbox.backends.docker.config import DockerConfig
+from sandbox.backends.docker.networks import ensure_internal_network
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec
 from sandbox.protocol import AGENT_SOCKET_NAME, SOCKET_DIR_IN_SANDBOX
@@ -131,6 +133,7 @@ class DockerBackend(Backend):
         super().__init__()
         self.config = config
         self._client: docker.DockerClient | None = None
+        self._host_cpus: float | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -170,6 +173,9 @@ class DockerBackend(Backend):
                 f"the docker backend cannot run {spec.kind.value} sandboxes: an Android emulator needs KVM and "
                 "an emulator image; use a backend that provides them"
             )
+        if self._host_cpus is None:  # what the engine checks nano_cpus against (not told: let the engine judge)
+            self._host_cpus = float((await _call("ask the engine of its host", self.client.info)).get("NCPU") or "inf")
+        check_cpus(spec, self._host_cpus)
         try:
             socket_dir = await asyncio.to_thread(self._make_socket_dir, instance_id)
             params = await self._run_params(instance_id, spec, socket_dir, pool)
@@ -197,8 +203,12 @@ class DockerBackend(Backend):
     async def restart(self, instance_id: str, *, ready_timeout: float | None = None) -> BackendInstance:
         container = await self._get(instance_id)
         await self._forget_agent(instance_id)  # its connections went with the old agent process
-        if container.status == "running":  # a failed agent or X server: stop and start again, files kept
-            await settled(_call(f"restart instance {instance_id}", container.restart, timeout=5))
+        if container.status == "running":  # a failed agent or X server: kill and start again, files kept
+            # Killed, not stopped: the sandbox failed, so a graceful stop buys nothing (written files are in the
+            # page cache either way) and costs seconds, Chromium's shutdown most of all.
+            await settled(_call(f"stop instance {instance_id}", container.kill))
+            await settled(_call(f"stop instance {instance_id}", container.wait, condition="not-running", timeout=30))
+            await settled(_call(f"restart instance {instance_id}", container.start))
         else:
             await settled(_call(f"restart instance {instance_id}", container.start))
         await self._wait_ready(instance_id, ready_timeout)
@@ -298,17 +308,7 @@ class DockerBackend(Backend):
 
     async def _ensure_internal_network(self) -> str:
         name = f"{INTERNAL_NETWORK}-{self.config.owner}"
-        found = await _call("list networks", self.client.networks.list, names=[name])
-        if not any(n.name == name for n in found):
-            await _call(
-                "create the internal network",
-                self.client.networks.create,
-                name,
-                driver="bridge",
-                internal=True,
-                labels=self.owner_labels(),
-            )
-        return name
+        return await ensure_internal_network(self.client, name, self.owner_labels(), _call)
 
     async def destroy(self, instance_id: str) -> None:
         await self._forget_agent(instance_id)
