@@ -23,7 +23,7 @@ from sandbox.errors import (
     Unavailable,
 )
 from sandbox.models import ExecResult, FileInfo, Health, Screenshot
-from sandbox.protocol import HELLO_OP, FrameError, encode_frame, read_frame
+from sandbox.protocol import HELLO_OP, ErrorCode, FrameError, encode_frame, read_frame
 from sandbox.wire.limits import agent_deadline
 from sandbox.wire.status import from_agent
 
@@ -313,12 +313,20 @@ class AgentClient:
         args = _on_page({"x": x, "y": y, "button": button, "count": count}, page)
         await self.request("page_click", args, deadline=10)
 
-    async def open_tunnel(self, port: int) -> _Conn:
-        """A raw byte stream to ``port`` inside the sandbox (VNC, DevTools). The caller closes it."""
+    async def ports(self) -> list[dict[str, Any]]:
+        """The sandbox's listening TCP ports: ``{"port", "addresses", "previewable"}`` each, lowest first."""
+        result, _ = await self.request("ports", deadline=10)
+        return list(result.get("ports") or [])
+
+    async def open_tunnel(self, port: int, *, user: bool = False) -> _Conn:
+        """A raw byte stream to ``port`` inside the sandbox (VNC, DevTools; with ``user``, a user's port for a
+        preview URL: any port from 1024 but the platform's own). The caller closes it. With ``user``, nothing
+        listening there is :class:`PortClosed`."""
         conn = await self._acquire()
         reader, writer = conn
+        args: dict[str, Any] = {"port": port, "user": True} if user else {"port": port}
         try:
-            writer.write(encode_frame({"op": "tunnel", "args": {"port": port}, "deadline": 10}))
+            writer.write(encode_frame({"op": "tunnel", "args": args, "deadline": 10}))
             await writer.drain()
             header, _ = await asyncio.wait_for(read_frame(reader), agent_deadline(10))
         except (TimeoutError, OSError, asyncio.IncompleteReadError, FrameError) as e:
@@ -327,8 +335,14 @@ class AgentClient:
         if not header.get("ok"):
             _close(conn)
             error = header.get("error") or {}
+            if user and error.get("code") == ErrorCode.UNAVAILABLE:
+                raise PortClosed(str(error.get("message")))
             raise from_agent(str(error.get("code")), str(error.get("message")))
         return conn
+
+
+class PortClosed(Unavailable):
+    """Nothing listens on the port a preview URL names, in a sandbox that is itself fine (the proxy answers 502)."""
 
 
 def _on_page(args: dict[str, Any], page: str | None) -> dict[str, Any]:
@@ -352,4 +366,4 @@ def _close(conn: _Conn) -> None:
         conn[1].close()
 
 
-__all__ = ["AgentClient", "SandboxError"]
+__all__ = ["AgentClient", "PortClosed", "SandboxError"]

@@ -85,7 +85,11 @@ async def run(config: AgentConfig) -> None:
     logger = logging.getLogger("sandbox.agent")
     app = AgentApp(config, logger=logger)
     server = AgentServer(
-        app.ops(), tunnel_ports=app.tunnel_ports(), max_request_bytes=config.max_request_bytes, logger=logger
+        app.ops(),
+        tunnel_ports=app.tunnel_ports(),
+        reserved_ports=app.reserved_ports(),
+        max_request_bytes=config.max_request_bytes,
+        logger=logger,
     )
     serving = asyncio.create_task(
         server.serve(

@@ -17,6 +17,7 @@ from typing import Any
 
 from sandbox.agent.auth import DEFAULT_HELLO_TIMEOUT, TokenFile, format_address, handshake
 from sandbox.agent.errors import AgentError, bad_request, require
+from sandbox.agent.ports import user_port_refusal
 from sandbox.protocol import ErrorCode, FrameError, encode_frame, read_frame
 
 Handler = Callable[[dict[str, Any], bytes], Awaitable[tuple[dict[str, Any], bytes]]]
@@ -34,9 +35,13 @@ class AgentServer:
         tunnel_ports: frozenset[int],
         max_request_bytes: int,
         logger: logging.Logger,
+        reserved_ports: frozenset[int] = frozenset(),
     ) -> None:
+        """``tunnel_ports``: the platform's ports a plain tunnel reaches (VNC, DevTools); ``reserved_ports``: the
+        ports a *user* tunnel (``{"user": true}``, a preview URL's) never reaches, besides those (``ports.py``)."""
         self._ops = ops
         self._tunnel_ports = tunnel_ports
+        self._reserved_ports = reserved_ports | tunnel_ports
         self._max_request_bytes = max_request_bytes
         self._log = logger
 
@@ -153,10 +158,15 @@ class AgentServer:
     async def _tunnel(self, args: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             port = require(args, "port", int)
-            if port not in self._tunnel_ports:
+            user = args.get("user") is True
+            if user:
+                refusal = user_port_refusal(port, self._reserved_ports)
+                if refusal is not None:
+                    raise AgentError(ErrorCode.PERMISSION_DENIED, refusal)
+            elif port not in self._tunnel_ports:
                 raise AgentError(ErrorCode.PERMISSION_DENIED, f"port {port} is not open for tunnels")
             try:
-                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+                up_reader, up_writer = await asyncio.wait_for(_connect_local(port), 5)
             except (TimeoutError, OSError) as e:
                 raise AgentError(ErrorCode.UNAVAILABLE, f"nothing answers on port {port} in the sandbox: {e}") from e
         except AgentError as e:
@@ -166,6 +176,14 @@ class AgentServer:
         writer.write(encode_frame({"ok": True, "result": {"port": port}}))
         await writer.drain()
         await _pipe_both(reader, writer, up_reader, up_writer)
+
+
+async def _connect_local(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``port`` on the sandbox's loopback: IPv4 first, then IPv6 (a server bound to ::1 only)."""
+    try:
+        return await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return await asyncio.open_connection("::1", port)
 
 
 def _deadline(header: dict[str, Any]) -> float:

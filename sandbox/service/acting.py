@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from sandbox.agent_client import AgentClient
+from sandbox.agent_client import AgentClient, PortClosed
 from sandbox.backends.base import probe_health
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.models import (
@@ -38,6 +38,8 @@ from sandbox.service.pages import act_on_page, step_screenshot
 from sandbox.service.records import SandboxRecord
 
 RECENT_ACTIONS = 50
+MIN_USER_PORT, MAX_PORT = 1024, 65535
+"""The ports a preview URL may name (``sandbox.agent.ports`` says the same inside the sandbox)."""
 TOUCH_EVERY_S = 1.0
 """last_active_at is written at most this often per sandbox (it only feeds the idle timeout)."""
 
@@ -185,6 +187,31 @@ class ActingOps(LeaseOps):
         )
         return result
 
+    async def open_port(
+        self, principal: Principal, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A byte stream to a *user* port in the sandbox (a preview URL's): any port from 1024 but the platform's own
+        (VNC, DevTools, the agent), which the agent refuses. Nothing listening is :class:`PortClosed`, which says
+        nothing about the sandbox's health; each call counts as activity for the idle timeout."""
+        check_user_port(port)
+        record = await self._find(principal, sandbox_id)
+        try:
+            conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] = await self._agent(record).open_tunnel(
+                port, user=True
+            )
+        except PortClosed:
+            raise
+        except Unavailable as e:
+            raise await self._dead(record, e) from e
+        await self._touch(record)
+        return conn
+
+    @timed("ports")
+    async def ports(self, principal: Principal, sandbox_id: str) -> list[dict[str, Any]]:
+        """The sandbox's listening TCP ports (``port``, ``addresses``, ``previewable``), lowest first."""
+        found: list[dict[str, Any]] = await self._call(principal, sandbox_id, "ports")
+        return found
+
     async def recent_actions(self, principal: Principal, sandbox_id: str) -> list[dict[str, Any]]:
         await self._find(principal, sandbox_id)
         return list(self._recent.get(sandbox_id, ()))
@@ -214,6 +241,12 @@ class ActingOps(LeaseOps):
             return True
 
         await self._update(record.id, active, durable=False)
+
+
+def check_user_port(port: int) -> None:
+    """A port a preview may name: 1024-65535 (the agent also refuses the platform's own ports)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not MIN_USER_PORT <= port <= MAX_PORT:
+        raise InvalidArgument(f"port must be a user port, {MIN_USER_PORT}-{MAX_PORT} (got {port!r})")
 
 
 async def _exec(agent: AgentClient, request: Exec) -> ExecResult:

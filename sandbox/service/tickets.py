@@ -29,8 +29,12 @@ from sandbox.store import Store
 
 DEFAULT_TTL_S = 60.0
 DEFAULT_SESSION_TTL_S = 8 * 3600.0
+DEFAULT_PORT_TICKET_TTL_S = 300.0
+MAX_PORT_TICKET_TTL_S = 24 * 3600.0
 _TICKET = "ticket"
 _SESSION = "session"
+_PORT = "port"
+_PORT_SESSION = "port-session"
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,27 @@ class TicketIssuer:
         if payload.get("sid") != sandbox_id:
             raise Unauthenticated(f"this ticket opens another sandbox, not {sandbox_id}")
         return TicketGrant(_principal(payload), sandbox_id, bool(payload.get("ctl")), float(payload["exp"]))
+
+    # ------------------------------------------------------------------ port tickets: one port of one sandbox
+
+    def issue_port(self, principal: Principal, sandbox_id: str, port: int, *, ttl_s: float | None = None) -> str:
+        """A ticket for a preview URL: ``port`` of ``sandbox_id`` only, redeemable until it expires. The caller has
+        checked that ``principal`` can see the sandbox."""
+        ttl = DEFAULT_PORT_TICKET_TTL_S if ttl_s is None else min(max(ttl_s, 1.0), MAX_PORT_TICKET_TTL_S)
+        return self._sign({"use": _PORT, "sid": sandbox_id, "port": port, **self._holder(principal, ttl)})
+
+    def issue_port_session(self, principal: Principal, sandbox_id: str, port: int) -> str:
+        """What a redeemed port ticket becomes: the preview's cookie, as long-lived as a list-page session."""
+        return self._sign(
+            {"use": _PORT_SESSION, "sid": sandbox_id, "port": port, **self._holder(principal, self.session_ttl_s)}
+        )
+
+    def verify_port(self, ticket: str | None, sandbox_id: str, port: int, *, session: bool = False) -> TicketGrant:
+        """The grant of a port ticket (or, with ``session``, of a preview cookie) for exactly this sandbox and port."""
+        payload = self._open(ticket, _PORT_SESSION if session else _PORT, "preview cookie" if session else "ticket")
+        if payload.get("sid") != sandbox_id or payload.get("port") != port:
+            raise Unauthenticated(f"this ticket opens another sandbox or port, not port {port} of {sandbox_id}")
+        return TicketGrant(_principal(payload), sandbox_id, False, float(payload["exp"]))
 
     # ------------------------------------------------------------------ sessions: the list page
 

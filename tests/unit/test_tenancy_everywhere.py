@@ -33,6 +33,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/exec"): {"json": {"cmd": "touch /workspace/stolen"}},
     ("POST", "/snapshots"): {"json": {"name": "stolen"}},
     ("POST", "/tickets"): {"json": {"control": True}},
+    ("POST", "/urls"): {"json": {"port": 8000}},
     ("PUT", "/files/content"): {"content": b"stolen"},
 }
 

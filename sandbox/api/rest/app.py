@@ -7,6 +7,7 @@ import logging
 from fastapi import FastAPI, Request, Response
 
 from sandbox import __version__
+from sandbox.api.preview import mount_preview
 from sandbox.api.rest import context, routes, trajectory_routes
 from sandbox.api.rest.bodies import Ok, Readiness
 from sandbox.api.rest.errors import add_error_handlers
@@ -57,5 +58,7 @@ def create_app(
 
     app.include_router(routes.router())
     app.include_router(trajectory_routes.router(routes.API_PREFIX))
-    mount_webview(app, service=service, tokens=tokens, tickets=tickets or TicketIssuer(), logger=logger)
+    tickets = tickets or TicketIssuer()
+    mount_webview(app, service=service, tokens=tokens, tickets=tickets, logger=logger)
+    mount_preview(app, service=service, tokens=tokens, tickets=tickets, logger=logger)
     return app

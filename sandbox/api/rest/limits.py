@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,6 +19,7 @@ MAX_UPLOAD_BYTES = MAX_BLOB_BYTES
 """A file upload travels to the agent as one frame blob."""
 
 _TOO_LARGE = 413
+_PREVIEW = re.compile(r"^/v1/sandboxes/[^/]+/ports/[0-9]+(/|$)")
 
 
 class BodyLimit:
@@ -31,7 +34,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        upload = scope["method"] == "PUT" and str(scope["path"]).endswith("/files/content")
+        path = str(scope["path"])
+        if _PREVIEW.match(path):  # a preview's body streams through to the app in the sandbox: its own business
+            await self.app(scope, receive, send)
+            return
+        upload = scope["method"] == "PUT" and path.endswith("/files/content")
         limit = MAX_UPLOAD_BYTES if upload else MAX_JSON_BODY_BYTES
         what = "a file upload" if upload else "a JSON body"
         too_large = f"{what} may be at most {limit} bytes"

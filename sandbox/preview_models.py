@@ -1,0 +1,23 @@
+"""The bodies of preview URLs (``sandbox.url(port)``), shared by the service, its API skins and the SDK."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from sandbox.models import Model
+
+
+class PortUrl(Model):
+    """A URL on the control plane that proxies HTTP and websockets to ``port`` inside the sandbox."""
+
+    port: int
+    url: str = Field(description="Open this: the preview with its ticket (traded for a cookie on first use).")
+    path: str = Field(description="The port's path prefix on the control plane, /v1/sandboxes/{id}/ports/{port}/.")
+    ticket: str = Field(description="Opens this port of this sandbox only; redeem it before expires_at.")
+    expires_at: float
+
+
+class ListeningPort(Model):
+    port: int
+    addresses: list[str]
+    previewable: bool = Field(description="Whether a preview URL reaches it (not a platform port, not below 1024).")

@@ -1,0 +1,34 @@
+"""Minting preview URLs: a port ticket for one port of one sandbox, and the URL that carries it."""
+
+from __future__ import annotations
+
+from sandbox.preview_models import PortUrl
+from sandbox.service.acting import check_user_port
+from sandbox.service.auth import Principal
+from sandbox.service.service import SandboxService
+from sandbox.service.tickets import TicketIssuer
+
+
+def port_path(sandbox_id: str, port: int) -> str:
+    return f"/v1/sandboxes/{sandbox_id}/ports/{port}/"
+
+
+async def port_url(
+    service: SandboxService,
+    tickets: TicketIssuer,
+    principal: Principal,
+    sandbox_id: str,
+    port: int,
+    *,
+    ttl_s: float | None = None,
+    base_url: str = "",
+) -> PortUrl:
+    """The preview URL of ``port`` in ``sandbox_id`` for ``principal`` (who must see the sandbox); ``base_url`` is
+    the control plane's HTTP address as its callers reach it (``""``: the URL is a path)."""
+    check_user_port(port)
+    await service.get(principal, sandbox_id)
+    ticket = tickets.issue_port(principal, sandbox_id, port, ttl_s=ttl_s)
+    grant = tickets.verify_port(ticket, sandbox_id, port)
+    path = port_path(sandbox_id, port)
+    url = f"{base_url.rstrip('/')}{path}?ticket={ticket}"
+    return PortUrl(port=port, url=url, path=path, ticket=ticket, expires_at=grant.expires_at)
