@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=$ROOT/.venv
 STAMP=$VENV/.installed
-DEB_PACKAGES=(docker.io mmdebstrap redis-server chromium xvfb x11vnc novnc websockify python3-venv make git docker-registry)
+DEB_PACKAGES=(docker.io mmdebstrap redis-server chromium xvfb x11vnc novnc websockify python3-venv make git docker-registry adb)
 DOCKERD_LOG=/var/log/sandbox-dockerd.log
 DOCKERD_PIDFILE=/var/run/sandbox-dockerd.pid
 DOCKERD_WAIT=60

@@ -11,6 +11,7 @@ from typing import Any
 from sandbox import __version__
 from sandbox.agent.errors import AgentError, require
 from sandbox.agent.files import Files
+from sandbox.agent.ports import listening_ports
 from sandbox.agent.server import Handler
 from sandbox.agent.shell import Shell
 from sandbox.protocol import PROTOCOL_VERSION, ErrorCode
@@ -64,6 +65,10 @@ class AgentApp:
 
             self.browser = Browser(cdp_port=config.cdp_port, downloads_dir=config.workspace, logger=logger)
             self.pages = Pages(self.browser, logger=logger)
+        if config.kind == "android":  # the emulator stands in for the display: screenshot and action ops work
+            from sandbox.agent.android.driver import AndroidDriver
+
+            self.display = AndroidDriver.from_env(logger=logger)
 
     def ops(self) -> dict[str, Handler]:
         return {
@@ -90,6 +95,8 @@ class AgentApp:
             "page_clock": self._pages_op("clock"),
             "page_key": self._pages_op("key"),
             "page_click": self._pages_op("click"),
+            "ports": self.ports,
+            "android": self.android,
         }
 
     def tunnel_ports(self) -> frozenset[int]:
@@ -97,6 +104,18 @@ class AgentApp:
         if self.config.kind == "browser":
             ports.add(self.config.cdp_port)
         return frozenset(ports)
+
+    def reserved_ports(self) -> frozenset[int]:
+        """The platform's ports, which a preview never reaches whatever the kind: VNC, DevTools, the agent's TCP."""
+        ports = {VNC_PORT, self.config.cdp_port}
+        if self.config.listen is not None:
+            ports.add(self.config.listen[1])
+        return frozenset(ports)
+
+    async def ports(self, _args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
+        """The sandbox's listening TCP ports (from /proc/net/tcp and tcp6), each saying whether a preview reaches it."""
+        found = await asyncio.to_thread(listening_ports, self.reserved_ports())
+        return {"ports": found}, b""
 
     async def ping(self, _args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
         return {
@@ -110,7 +129,7 @@ class AgentApp:
     async def health(self, _args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
         probes: dict[str, Any] = {"shell": self.shell.check(), "workspace": self.files.check()}
         if self.display is not None:
-            probes["x_server"] = self.display.check()
+            probes["emulator" if self.config.kind == "android" else "x_server"] = self.display.check()
         if self.config.kind == "desktop":
             probes["window_manager"] = self.display.window_manager_check()
         if self.browser is not None:
@@ -130,6 +149,13 @@ class AgentApp:
             raise _unsupported(self.config.kind, "display")
         action = require(args, "action", dict)
         return await self.display.act(action), b""
+
+    async def android(self, args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
+        """Android only (``android/driver.py``): ui_tree, ready, reset, record_start, record_stop."""
+        if self.config.kind != "android":
+            raise _unsupported(self.config.kind, "emulator")
+        result: tuple[dict[str, Any], bytes] = await self.display.request(args)
+        return result
 
     async def browser_screenshot(self, args: dict[str, Any], _: bytes) -> tuple[dict[str, Any], bytes]:
         if self.browser is None:

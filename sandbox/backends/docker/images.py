@@ -77,6 +77,10 @@ def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
     """The recipe of one of ``IMAGE_KINDS``: a sandbox kind or the control plane."""
     if kind == CONTROLPLANE:
         return load_controlplane_recipe(recipes_dir=recipes_dir)
+    if kind == "android":  # built only when named, from an Android SDK given in $SANDBOX_ANDROID_SDK
+        from sandbox.backends.docker.image_android import load_recipe as load_android_recipe
+
+        return load_android_recipe(recipes_dir=recipes_dir)
     if kind not in KINDS:
         raise InvalidArgument(f"unknown image {kind!r}; expected one of {', '.join(IMAGE_KINDS)}")
     return load_sandbox_recipe(kind, recipes_dir=recipes_dir)
