@@ -22,7 +22,7 @@ from bench.options import Options
 from bench.progress import Progress
 from bench.report import Row
 from sandbox.agent_client import AgentClient
-from sandbox.backends.base import LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
+from sandbox.backends.base import INSTANCE_ENV, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from sandbox.client import AsyncClient, AsyncSandbox
 from sandbox.errors import SandboxError
 from sandbox.protocol import AGENT_SOCKET_NAME
@@ -143,7 +143,7 @@ class Bench:
 
     async def container_of(self, sandbox: AsyncSandbox) -> str:
         """The id of the container a sandbox runs in (found by its instance's label, as a user would)."""
-        result = await sandbox.exec(["printenv", "SANDBOX_ID"])
+        result = await sandbox.exec(["printenv", INSTANCE_ENV])
         instance = result.stdout.strip()
         found = await self.docker.find({LABEL_INSTANCE: instance})
         if len(found) != 1:

@@ -6,7 +6,19 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-SECTION_NAMES = ("create", "step", "observe", "reset", "throughput", "density", "games", "tasks", "k8s-scale")
+SECTION_NAMES = (
+    "create",
+    "burst",
+    "step",
+    "observe",
+    "reset",
+    "throughput",
+    "preview",
+    "density",
+    "games",
+    "tasks",
+    "k8s-scale",
+)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -19,6 +31,9 @@ class Options:
     create_samples: int = 15
     """Per kind and path (cold, warm, docker run), after one warm-up."""
     create_desktop_samples: int = 10
+    burst_size: int = 64
+    """burst: creates sent at once against a warm pool of as many terminals (and ``docker run`` at once)."""
+    burst_rounds: int = 3
     step_samples: int = 500
     step_warmup: int = 20
     observe_samples: int = 100
@@ -30,6 +45,8 @@ class Options:
     slower than busy ones); 0 skips those rows."""
     throughput_sandboxes: int = 16
     throughput_seconds: float = 15.0
+    spawn_loop_count: int = 2000
+    """throughput: ``/bin/true`` spawned by the shell loop in each sandbox that measures the machine's spawn limit."""
 
     density_max_terminal: int = 400
     density_max_desktop: int = 60
@@ -75,6 +92,8 @@ class Options:
 QUICK: dict[str, Any] = {
     "create_samples": 4,
     "create_desktop_samples": 3,
+    "burst_size": 16,
+    "burst_rounds": 1,
     "step_samples": 100,
     "step_warmup": 10,
     "observe_samples": 30,
@@ -83,6 +102,7 @@ QUICK: dict[str, Any] = {
     "reset_desktop_samples": 3,
     "throughput_sandboxes": 4,
     "throughput_seconds": 4.0,
+    "spawn_loop_count": 500,
     "density_max_terminal": 20,
     "density_max_desktop": 4,
     "density_step_terminal": 10,

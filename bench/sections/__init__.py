@@ -5,16 +5,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench.harness import Bench, SectionResult
-from bench.sections import create, density, games, k8s_scale, observe, reset, step, tasks, throughput
+from bench.sections import burst, create, density, games, k8s_scale, observe, preview, reset, step, tasks, throughput
 
 Section = Callable[[Bench], Awaitable[SectionResult]]
 
 SECTIONS: dict[str, Section] = {
     "create": create.run,
+    "burst": burst.run,
     "step": step.run,
     "observe": observe.run,
     "reset": reset.run,
     "throughput": throughput.run,
+    "preview": preview.run,
     "density": density.run,
     "games": games.run,
     "tasks": tasks.run,

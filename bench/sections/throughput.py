@@ -1,19 +1,56 @@
 """throughput: steps per second over N terminal sandboxes from one AsyncClient (one closed loop per sandbox) vs N
-concurrent ``docker exec <container> true`` loops over the same containers, each for the same time after a warm-up."""
+concurrent ``docker exec <container> true`` loops over the same containers, each for the same time after a warm-up.
+
+Then, over the same sandboxes:
+
+- steps that start no process: ``:`` (a shell builtin) in a persistent shell session of each sandbox, one closed
+  loop per sandbox, each on a ``StepStream`` - what the control plane and the agent cost per step, with no spawn;
+- the machine's own spawn limit: one ``docker exec <container> bash -c 'for i in $(seq K); do /bin/true; done'``
+  in every sandbox at once, no control plane in the way (K per sandbox; spawns/s = all spawns / the slowest loop's
+  time). Exec steps/s (above) as a fraction of it says how much of the machine's spawning a step of ``true`` gets.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 
 from bench.harness import Bench, SectionResult
-from bench.report import Row
+from bench.report import Row, Target
 from bench.sections.common import closed_loop, step_true
 from bench.stats import Summary, Value, gain, speedup
-from sandbox.client import AsyncSandbox
+from sandbox.client import AsyncSandbox, AsyncStepStream
+from sandbox.models import Observation
 
 NAME = "throughput"
 WARMUP_S = 1.0
 CREATE_CONCURRENCY = 4
+NO_SPAWN = {"type": "exec", "cmd": ":", "session": "bench"}
+"""A step that starts no process: a builtin in the sandbox's persistent shell session."""
+NO_SPAWN_TARGET = 2000.0
+SPAWN_FRACTION_TARGET = 0.5
+
+
+def _check_no_spawn(obs: Observation) -> None:
+    if obs.exec is None or obs.exec.exit_code != 0:
+        raise RuntimeError(f"a step of `:` in a session did not succeed: {obs.exec}")
+
+
+async def _spawn_limit(bench: Bench, containers: list[str], per_container: int) -> tuple[float, float]:
+    """Spawns/s of ``/bin/true`` from a shell loop in every container at once; and the slowest loop's seconds."""
+    script = f"for i in $(seq {per_container}); do /bin/true; done"
+
+    async def loop(container: str) -> float:
+        started = time.perf_counter()
+        await bench.docker("exec", container, "bash", "-c", script, timeout=600)
+        return time.perf_counter() - started
+
+    await asyncio.gather(*(bench.docker("exec", c, "bash", "-c", "for i in $(seq 20); do /bin/true; done")
+                           for c in containers))  # fmt: skip
+    took = await asyncio.gather(*(loop(c) for c in containers))
+    slowest = max(took)
+    return per_container * len(containers) / slowest, slowest
 
 
 async def run(bench: Bench) -> SectionResult:
@@ -32,14 +69,40 @@ async def run(bench: Bench) -> SectionResult:
         ours = await closed_loop(lambda i: step_true(sandboxes[i]), n, seconds, WARMUP_S)
         progress.say(f"throughput: {ours.rate:.0f} steps/s; docker exec for {seconds:g} s")
         docker = await closed_loop(lambda i: bench.docker.exec(containers[i], "true"), n, seconds, WARMUP_S)
-        progress.say(f"throughput: docker exec {docker.rate:.1f}/s")
+        progress.say(f"throughput: docker exec {docker.rate:.1f}/s; steps in a shell session for {seconds:g} s")
+        async with contextlib.AsyncExitStack() as stack:
+            streams: list[AsyncStepStream] = [await stack.enter_async_context(s.step_stream()) for s in sandboxes]
+
+            async def no_spawn(i: int) -> None:
+                _check_no_spawn(await streams[i].step(NO_SPAWN))
+
+            quiet = await closed_loop(no_spawn, n, seconds, WARMUP_S)
+        progress.say(f"throughput: {quiet.rate:.0f} no-spawn steps/s; the spawn limit")
+        per_container = bench.options.spawn_loop_count
+        spawns, slowest = await _spawn_limit(bench, containers, per_container)
+        progress.say(f"throughput: {spawns:.0f} spawns/s ({per_container} per sandbox, slowest {slowest:.1f} s)")
         await asyncio.gather(*(s.close() for s in sandboxes))
     our_rate = Value(ours.rate, "steps/s", n=len(ours.latencies))
     base_rate = Value(docker.rate, "execs/s", n=len(docker.latencies))
     our_lat, base_lat = Summary.of(ours.latencies), Summary.of(docker.latencies)
+    quiet_lat = Summary.of(quiet.latencies)
     loops = f"{n} docker exec loops"
+    limit = Value(spawns, "spawns/s", n=per_container * n)
+    spawn_loops = f"{n} shell loops of /bin/true"
+    fraction = ours.rate / spawns if spawns > 0 else 0.0
     rows = [
         Row(NAME, f"{n} terminals, 1 AsyncClient", our_rate, base_rate, loops, gain(ours.rate, docker.rate)),
         Row(NAME, "step latency under that load", our_lat, base_lat, loops, speedup(base_lat.p50, our_lat.p50)),
-    ]
-    return SectionResult(rows, {"seconds": seconds, "sandboxes": n})
+        Row(NAME, "those exec steps vs the spawn limit in the same sandboxes", our_rate, limit, spawn_loops,
+            fraction, Target(f"≥ {SPAWN_FRACTION_TARGET:.0%} of the limit", fraction >= SPAWN_FRACTION_TARGET)),
+        Row(NAME, f"no-spawn steps (`:` in a shell session), {n} StepStreams",
+            Value(quiet.rate, "steps/s", n=len(quiet.latencies)), limit, spawn_loops, gain(quiet.rate, spawns),
+            Target(f"≥ {NO_SPAWN_TARGET:,.0f} steps/s", quiet.rate >= NO_SPAWN_TARGET)),
+        Row(NAME, "no-spawn step latency under that load", quiet_lat),
+    ]  # fmt: skip
+    details = {
+        "seconds": seconds,
+        "sandboxes": n,
+        "spawn_limit": {"per_sandbox": per_container, "spawns_per_s": spawns, "slowest_s": slowest},
+    }
+    return SectionResult(rows, details)

@@ -13,11 +13,14 @@ import logging
 import time
 
 from sandbox.aio import settled
-from sandbox.backends.base import Backend, RuntimeState
+from sandbox.backends.base import Backend
 from sandbox.errors import SandboxError, Unavailable
 from sandbox.models import SandboxSpec
 from sandbox.service.records import CREATED_COUNTER, INSTANCES, InstanceRecord, InstanceState, new_instance_id
 from sandbox.store import Store
+
+CLAIM_PING_S = 2.0
+"""How long a claimed warm instance's agent has to answer its ping before the instance is dropped."""
 
 
 class Instances:
@@ -44,11 +47,13 @@ class Instances:
             found[instance] = record
         return found
 
-    async def _move(self, record: InstanceRecord, state: InstanceState, *, sandbox: str | None = None) -> bool:
+    async def _move(
+        self, record: InstanceRecord, state: InstanceState, *, sandbox: str | None = None, durable: bool = True
+    ) -> bool:
         """Compare-and-set the record into ``state`` (this replica its owner); False if it changed since it was read."""
         moved = record.moved_to(state, sandbox=sandbox, owner=self.replica)
         version = await self.store.put_if_version(
-            INSTANCES, record.id, moved.model_dump(mode="json"), version=record.version
+            INSTANCES, record.id, moved.model_dump(mode="json"), version=record.version, durable=durable
         )
         if version is None:
             return False
@@ -77,25 +82,33 @@ class Instances:
         return instance
 
     async def claim_warm(self, pool: str, sandbox: str) -> str | None:
-        """A warm instance from ``pool`` that still answers, handed to ``sandbox`` alone."""
-        while (instance := await self.store.pop(pool)) is not None:
+        """A warm instance from ``pool`` that still answers, handed to ``sandbox`` alone.
+
+        The pop and the move to SERVING are compare-and-sets in the store, not flushed on their own: the caller's
+        next durable write (the sandbox's record) carries them to disk. A crash before it loses both (the instance
+        is WARM in its queue again) or leaves the instance SERVING a sandbox that has no record, an orphan that
+        reconciliation removes, as after any create cut off by a crash.
+
+        Liveness is one ping of the instance's agent through its socket: an answer means the container runs and
+        its agent serves (no engine round trip, which under a burst queues behind the engine's other work). A
+        container that died while queued fails the ping and is removed; reconciliation forgets queued instances
+        whose container is gone in the meantime."""
+        while (instance := await self.store.pop(pool, durable=False)) is not None:
             record = await self.read(instance)
             if record is None or record.state is not InstanceState.WARM:
                 continue  # being removed, or unknown to the store: never handed out
-            if not await self._move(record, InstanceState.SERVING, sandbox=sandbox):
+            if not await self._move(record, InstanceState.SERVING, sandbox=sandbox, durable=False):
                 continue  # a removal won the race for it
-            state = await self.backend.inspect(instance)
-            if state.state is RuntimeState.RUNNING:
-                try:
-                    await self.backend.agent(instance).ping(deadline=2)
-                    return instance
-                except SandboxError as e:
-                    self._log.warning(
-                        "warm instance %s does not answer (%s); dropping it",
-                        instance,
-                        e.message,
-                        extra={"instance": instance, "pool": pool},
-                    )
+            try:
+                await self.backend.agent(instance).ping(deadline=CLAIM_PING_S)
+                return instance
+            except SandboxError as e:
+                self._log.warning(
+                    "warm instance %s does not answer (%s); dropping it",
+                    instance,
+                    e.message,
+                    extra={"instance": instance, "pool": pool},
+                )
             self.retire_later(instance)
         return None
 

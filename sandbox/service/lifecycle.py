@@ -99,14 +99,18 @@ class Lifecycle:
             await self.reconcile()
 
     async def stop(self) -> None:
-        """Leave: give up the locks; the last replica to leave removes the warm instances, which nobody would hand
-        out until a replica starts again (held sandboxes stay, for the next start to serve)."""
+        """Stop leading and give up the locks (the loop's task is the caller's to cancel)."""
         store, replica = self.service.store, self.service.replica
         await store.unlock(replica_lock(replica), replica)
         if self._leader:
             await store.unlock(LEADER_LOCK, replica)
             self._leader = False
             self.service.metrics.set_leader(False)
+
+    async def leave(self) -> None:
+        """The replica shuts down: :meth:`stop`, and the last replica to leave removes the warm instances, which
+        nobody would hand out until a replica starts again (held sandboxes stay, for the next start to serve)."""
+        await self.stop()
         if not await self._others_alive():
             await self.retire_warm()
 

@@ -169,10 +169,11 @@ class Store(abc.ABC):
         self._check_open()
         await self._push(check_name("queue", queue), check_name("queue item", item))
 
-    async def pop(self, queue: str) -> str | None:
-        """Atomically take the item at the head of the queue; None when it is empty."""
+    async def pop(self, queue: str, *, durable: bool = True) -> str | None:
+        """Atomically take the item at the head of the queue; None when it is empty. ``durable`` as for ``put``:
+        with False, a crash before the next flush may put the item back at the head of the queue."""
         self._check_open()
-        return await self._pop(check_name("queue", queue))
+        return await self._pop(check_name("queue", queue), durable=durable)
 
     async def remove(self, queue: str, item: str) -> bool:
         """Remove every occurrence of an item (e.g. a warm sandbox found dead); True if there was one."""
@@ -255,7 +256,7 @@ class Store(abc.ABC):
     async def _push(self, queue: str, item: str) -> None: ...
 
     @abc.abstractmethod
-    async def _pop(self, queue: str) -> str | None: ...
+    async def _pop(self, queue: str, *, durable: bool) -> str | None: ...
 
     @abc.abstractmethod
     async def _remove(self, queue: str, item: str) -> bool: ...

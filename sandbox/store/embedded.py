@@ -4,12 +4,13 @@ Open it with ``store = await EmbeddedStore.open(path, logger=...)`` (loads the f
 flusher) and end with ``await store.close()`` (final flush, releases the lock).
 
 Durability. Every change bumps a generation number; the file is rewritten whole (temp file, fsync, ``os.replace``,
-fsync of the directory, in a worker thread) by one writer at a time, so the file is always a complete old or new
-state, even after ``kill -9`` or a power cut. These calls return only once their change is on disk: ``put`` and
-``put_if_version`` (``durable=True``), ``put_if_absent``, ``delete``, ``delete_if_version``, ``push``, ``pop``,
-``remove``, ``incr``; concurrent ones share one write (group commit). ``put(durable=False)``, taking a lock and
-``unlock`` are flushed by a background task within ``flush_interval`` — a crash may lose them (locks are leases:
-they lapse anyway). A store with no change writes nothing: in particular the lock's owner renewing it (``try_lock``
+fsync of the directory, in a thread of its own) by one writer at a time, so the file is always a complete old or new
+state, even after ``kill -9`` or a power cut. These calls return only once their change is on disk: ``put``,
+``put_if_version`` and ``pop`` (with ``durable=True``, the default), ``put_if_absent``, ``delete``,
+``delete_if_version``, ``push``, ``remove``, ``incr``; concurrent ones share one write (group commit). The others
+(those three with ``durable=False``, taking a lock, ``unlock``) reach the file with the next write: a durable call's,
+or the background flush within ``flush_interval`` — a crash before it may lose them (locks are leases: they lapse
+anyway). A store with no change writes nothing: in particular the lock's owner renewing it (``try_lock``
 again) only moves its expiry in memory, so a leader renewing its lease every few hundred milliseconds does not
 rewrite the file. Locks are stored with their wall-clock expiry as of the last write, so a restart keeps a lease
 until it would have run out — or, for a lease renewed since that write, until its older expiry: it may lapse
@@ -38,6 +39,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +81,9 @@ class EmbeddedStore(Store):
         self._gen = 0  # bumped by every change
         self._written_gen = 0  # the newest generation on disk
         self._write_lock = asyncio.Lock()  # one writer of the file at a time
+        # The file is written in a thread of its own: in the loop's default executor, a durable write would queue
+        # behind whatever else waits there (engine calls, file copies) and every caller of the store with it.
+        self._writer: ThreadPoolExecutor | None = None
         self._writes: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._lock_fd: int | None = None
@@ -168,14 +173,14 @@ class EmbeddedStore(Store):
         self._data.queues.setdefault(queue, deque()).append(item)
         await self._changed(durable=True)
 
-    async def _pop(self, queue: str) -> str | None:
+    async def _pop(self, queue: str, *, durable: bool) -> str | None:
         items = self._data.queues.get(queue)
         if not items:
             return None
         item = items.popleft()
         if not items:
             del self._data.queues[queue]
-        await self._changed(durable=True)
+        await self._changed(durable=durable)
         return item
 
     async def _remove(self, queue: str, item: str) -> bool:
@@ -254,8 +259,10 @@ class EmbeddedStore(Store):
                 return  # a write that began after this change already carried it
             target = self._gen
             snapshot = _to_disk(self._data, self._clock)
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="state-file")
             try:
-                await asyncio.to_thread(write_file, self.path, snapshot)
+                await asyncio.get_running_loop().run_in_executor(self._writer, write_file, self.path, snapshot)
             except OSError as e:
                 raise Unavailable(f"cannot write the state file {self.path}: {e}") from e
             self._written_gen = max(self._written_gen, target)
@@ -284,6 +291,9 @@ class EmbeddedStore(Store):
             if self.path is not None and self._gen > self._written_gen:
                 await self._write_through(self._gen)
         finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=False)  # idle: every write was awaited above
+                self._writer = None
             if self._lock_fd is not None:
                 await asyncio.to_thread(os.close, self._lock_fd)
                 self._lock_fd = None

@@ -236,7 +236,7 @@ class RedisStore(Store):
     async def _push(self, queue: str, item: str) -> None:
         await self._run(self._client.rpush(self._key("queue", queue), item), "RPUSH")
 
-    async def _pop(self, queue: str) -> str | None:
+    async def _pop(self, queue: str, *, durable: bool) -> str | None:
         item = await self._run(self._client.lpop(self._key("queue", queue)), "LPOP")
         if item is None or isinstance(item, bytes | str):
             return None if item is None else _str(item)

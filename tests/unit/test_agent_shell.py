@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 
 from sandbox.agent.errors import AgentError
-from sandbox.agent.shell import Shell
+from sandbox.agent.shell import Shell, _Output, _read_small
 from sandbox.protocol import ErrorCode
 
 
@@ -165,6 +165,34 @@ async def test_session_keeps_cwd_and_exports(shell: Shell, tmp_path: Path) -> No
     assert out.decode().splitlines() == [str(tmp_path), "[]"], "sessions must not share state"
     _, out, _ = await run(shell, 'pwd; echo "[$GREETING]"')
     assert out.decode().splitlines() == [str(tmp_path), "[]"], "a one-shot exec must not see a session's state"
+
+
+async def test_session_output_small_or_large_or_capped_comes_back_whole(shell: Shell) -> None:
+    """Small files go through the event loop, large ones through a thread: the caller sees the same either way."""
+    small, out, err = await run(shell, "echo hi; echo oops >&2", session="s")
+    assert (out, err, small["stdout_truncated"]) == (b"hi\n", b"oops\n", False)
+    big, out, _ = await run(shell, "head -c 300000 /dev/zero", session="s")
+    assert len(out) == 300000 and not big["stdout_truncated"]
+    capped, out, _ = await run(shell, "head -c 5000 /dev/zero", session="s", max_output=1000)
+    assert len(out) == 1000 and capped["stdout_truncated"]
+    command = "echo " + "x" * 100_000  # a command larger than the in-loop write
+    long, out, _ = await run(shell, command, session="s")
+    assert long["exit_code"] == 0 and out == b"x" * 100_000 + b"\n"
+
+
+async def test_session_whose_output_file_is_swapped_for_a_fifo_does_not_block_the_agent(
+    shell: Shell, tmp_path: Path
+) -> None:
+    """The sandbox's own processes can replace the session's files; the in-loop read never waits on a FIFO."""
+    await run(shell, "true", session="s")
+    session_dir = shell._sessions["s"]._dir
+    err_path = os.path.join(session_dir, "err")
+    os.unlink(err_path)
+    os.mkfifo(err_path)
+    sink = _Output(1000)
+    started = time.monotonic()
+    assert _read_small(err_path, sink) is False  # left to the thread path, at once
+    assert time.monotonic() - started < 1.0 and sink.size == 0
 
 
 async def test_session_survives_a_timeout(shell: Shell, tmp_path: Path) -> None:

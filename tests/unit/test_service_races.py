@@ -4,6 +4,7 @@ stale writes after an agent call, a claim against a removal, a stop during a war
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ from sandbox.service.records import (
     replica_lock,
 )
 from sandbox.store import EmbeddedStore
-from sandbox.testing.fake_backend import FakeBackend
+from sandbox.testing.fake_backend import FakeBackend, FakeConfig
 from tests.polling import eventually
 
 ALICE = Principal("alpha")
@@ -149,6 +150,65 @@ async def test_a_removal_that_wins_makes_the_claim_take_nothing(service: Sandbox
     assert await service.store.get(INSTANCES, instance) is None
 
 
+async def test_a_claim_asks_the_agent_not_the_engine(service: SandboxService) -> None:
+    instance = await _warm_one(service)
+    key = pool_key(SPEC, service.backend.image_for(SPEC))
+    backend = service.backend
+    assert isinstance(backend, FakeBackend)
+
+    async def no_engine(instance_id: str) -> Any:
+        raise AssertionError("a claim made an engine round trip")
+
+    backend.inspect = no_engine  # type: ignore[method-assign]
+    try:
+        assert await service.instances.claim_warm(key, "sb-test-4") == instance
+    finally:
+        del backend.inspect  # the class's own again
+    record = await service.instances.read(instance)
+    assert record is not None and record.state is InstanceState.SERVING and record.sandbox == "sb-test-4"
+    await service.instances.retire(instance)
+
+
+async def test_a_warm_instance_whose_agent_died_is_never_handed_out(service: SandboxService) -> None:
+    backend = service.backend
+    assert isinstance(backend, FakeBackend)
+    instance = await _warm_one(service)
+    key = pool_key(SPEC, service.backend.image_for(SPEC))
+    process = backend._procs[instance].process
+    process.kill()  # dies while it waits in the queue: no health round watches warm instances
+    await process.wait()
+    assert await service.instances.claim_warm(key, "sb-test-5") is None, "handed out a dead instance"
+    await service.instances.drain()  # dropped: removed from the engine and the store
+    assert await service.store.get(INSTANCES, instance) is None
+    assert (await backend.inspect(instance)).state.value == "missing"
+
+
+async def test_a_claims_store_writes_reach_the_file_with_the_sandbox_record(tmp_path: Any, socket_root: str) -> None:
+    """The pop and the move to SERVING are not flushed on their own; the create's durable record write carries
+    them, so a create that returned is on disk whole (queue, instance, sandbox)."""
+    path = tmp_path / "state.json"
+    store = await EmbeddedStore.open(str(path), flush_interval=3600, logger=LOGGER)
+    backend = FakeBackend(FakeConfig(socket_root=socket_root))
+    service = SandboxService(backend, store, logger=LOGGER)
+    try:
+        key = service.pools.add(SPEC, backend.image_for(SPEC), min=1, max=1)
+        await service.pools.refill()
+        await eventually(lambda: store.items(key), 30, "the pool filling")
+        service.pools.remove(key)
+        instance = (await store.items(key))[0]
+        info = await service.create(ALICE, SPEC)
+        on_disk = json.loads(path.read_bytes())
+        assert on_disk["queues"].get(key, []) == [], "the pop is not on disk"
+        assert on_disk["documents"]["instances"][instance]["state"] == InstanceState.SERVING.value
+        assert on_disk["documents"]["instances"][instance]["sandbox"] == info.id
+        assert on_disk["documents"]["sandboxes"][info.id]["instance"] == instance
+        await service.delete(ALICE, info.id)
+    finally:
+        await service.close()
+        await backend.close()
+        await store.close()
+
+
 async def test_reconciliation_leaves_a_claim_in_progress_alone(service: SandboxService) -> None:
     instance = await _warm_one(service)
     key = pool_key(SPEC, service.backend.image_for(SPEC))
@@ -265,9 +325,9 @@ async def test_the_last_replica_to_stop_removes_warm_instances_but_not_held_ones
         await second.pools.close()
         held_instance = (await _record(second, held.id)).instance
 
-        await loops[0].stop()  # the other replica lives: the warm instances are its to hand out
+        await loops[0].leave()  # the other replica lives: the warm instances are its to hand out
         assert len(await store.items(key)) == 2
-        await loops[1].stop()  # the last one leaves: nobody would hand them out
+        await loops[1].leave()  # the last one leaves: nobody would hand them out
         assert await store.items(key) == []
         left = {i.id for i in await backend.list_instances()} - before
         assert left == {held_instance}, "only the held sandbox's instance may outlive the last stop"

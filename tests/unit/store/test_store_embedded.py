@@ -7,6 +7,7 @@ import asyncio
 import json
 import signal
 import sys
+import threading
 import time
 import typing
 from pathlib import Path
@@ -71,6 +72,35 @@ async def test_embedded_cancelled_durable_writes_still_reach_the_file(tmp_path: 
     reopened = await EmbeddedStore.open(path, logger=LOGGER)
     assert await reopened.all("c") == {f"k{i}": {"i": i} for i in range(20)}
     await reopened.close()
+
+
+async def test_embedded_durable_writes_do_not_queue_behind_the_default_executor(tmp_path: Path) -> None:
+    """The file is written in a thread of the store's own: blocking calls holding every thread of the loop's
+    default executor (slow engine calls) do not hold up a durable write, nor every caller waiting on it."""
+    path = tmp_path / "state.json"
+    store = await EmbeddedStore.open(str(path), flush_interval=3600, logger=LOGGER)
+    release = threading.Event()
+    loop = asyncio.get_running_loop()
+    held = [loop.run_in_executor(None, release.wait) for _ in range(64)]  # more than the executor's threads
+    try:
+        await asyncio.wait_for(store.put("c", "k", {"v": 1}), 30)
+        assert on_disk(path)["documents"] == {"c": {"k": {"v": 1}}}
+    finally:
+        release.set()
+        await asyncio.gather(*held)
+        await store.close()
+
+
+async def test_embedded_pop_not_durable_rides_on_the_next_write(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    store = await EmbeddedStore.open(str(path), flush_interval=3600, logger=LOGGER)
+    await store.push("pool", "w1")
+    await store.push("pool", "w2")
+    assert await store.pop("pool", durable=False) == "w1"
+    assert on_disk(path)["queues"] == {"pool": ["w1", "w2"]}, "written on its own"
+    await store.put("sandboxes", "s1", {"instance": "w1"})  # durable: carries every change made before it
+    assert on_disk(path)["queues"] == {"pool": ["w2"]}
+    await store.close()
 
 
 async def test_embedded_locks_outlive_a_restart_until_they_expire(tmp_path: Path) -> None:

@@ -1,0 +1,97 @@
+"""burst: many creates at once against a warm pool that holds one terminal for each of them, vs as many
+``docker run`` of the same image to ready at once (what a user would script).
+
+The control plane keeps a pool of ``burst_size`` terminals. Once it is full and the platform is quiet, a few
+creates one at a time (the pool refilled between them) give the unloaded cost of a claim; then ``burst_rounds``
+times, ``burst_size`` creates are sent at once and each one's latency is timed from the same start. Between
+rounds the sandboxes are deleted and the pool refills. The pool's refill starts during a burst are part of what
+the claims compete with (as in production). The baseline starts ``burst_size`` containers at once and times each
+to its first successful ``docker exec true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bench.harness import Bench, Platform, SectionResult
+from bench.report import Row, Target
+from bench.stats import Summary, speedup
+from sandbox.client import AsyncSandbox
+
+NAME = "burst"
+P99_TARGET_S = 0.050
+SEQUENTIAL_SAMPLES = 8
+BASELINE = "docker run → exec true ok, as many at once"
+
+
+async def _timed_create(platform: Platform, started: float) -> tuple[AsyncSandbox, float]:
+    sandbox = await platform.client.create(kind="terminal")
+    return sandbox, time.perf_counter() - started
+
+
+async def _sequential(bench: Bench, platform: Platform, n: int, size: int) -> list[float]:
+    samples = []
+    for i in range(n):
+        started = time.perf_counter()
+        sandbox = await platform.client.create(kind="terminal")
+        samples.append(time.perf_counter() - started)
+        await bench.settle(size + 1)  # refilled: the next claim sees the same full pool
+        await sandbox.close()
+        await bench.settle(size)
+        bench.progress.count("burst: one at a time", i + 1, n)
+    return samples
+
+
+async def _burst(bench: Bench, platform: Platform, size: int) -> list[float]:
+    started = time.perf_counter()
+    done = await asyncio.gather(*(_timed_create(platform, started) for _ in range(size)))
+    await asyncio.gather(*(sandbox.close() for sandbox, _ in done))
+    return [took for _, took in done]
+
+
+async def _docker_burst(bench: Bench, size: int) -> list[float]:
+    started = time.perf_counter()
+
+    async def one() -> tuple[str, float]:
+        container = await bench.docker.run_ready("terminal")
+        return container, time.perf_counter() - started
+
+    done = await asyncio.gather(*(one() for _ in range(size)), return_exceptions=True)
+    made = [d[0] for d in done if isinstance(d, tuple)]
+    await bench.docker.remove(made)
+    failed = [d for d in done if isinstance(d, BaseException)]
+    if failed:
+        raise failed[0]
+    return [d[1] for d in done if isinstance(d, tuple)]
+
+
+async def run(bench: Bench) -> SectionResult:
+    size, rounds = bench.options.burst_size, bench.options.burst_rounds
+    pool = {"spec": {"kind": "terminal"}, "min": size, "max": size, "max_starting": 8}
+    burst: list[float] = []
+    per_round: list[dict[str, float]] = []
+    async with bench.platform("burst", {"pools": [pool]}) as platform:  # the lifecycle at its defaults
+        bench.progress.say(f"burst: warming a pool of {size} terminals")
+        await bench.settle(size, timeout=600)
+        one_at_a_time = await _sequential(bench, platform, SEQUENTIAL_SAMPLES, size)
+        for r in range(rounds):
+            took = await _burst(bench, platform, size)
+            burst += took
+            summary = Summary.of(took)
+            per_round.append({"p50_s": summary.p50, "p99_s": summary.p99, "max_s": summary.max})
+            bench.progress.say(
+                f"burst {r + 1}/{rounds}: {size} creates at once, p50 {summary.p50 * 1000:.1f} ms, "
+                f"p99 {summary.p99 * 1000:.1f} ms"
+            )
+            await bench.settle(size, timeout=600)
+    bench.progress.say(f"burst: {size} docker run at once")
+    docker = await _docker_burst(bench, size)
+    ours, base, single = Summary.of(burst), Summary.of(docker), Summary.of(one_at_a_time)
+    target = Target(f"p99 ≤ {P99_TARGET_S * 1000:g} ms", ours.p99 <= P99_TARGET_S)
+    rows = [
+        Row(NAME, f"{size} creates at once, warm pool of {size}", ours, base, BASELINE,
+            speedup(base.p50, ours.p50), target),
+        Row(NAME, "one create at a time, same pool", single, base, BASELINE, speedup(base.p50, single.p50)),
+    ]  # fmt: skip
+    return SectionResult(rows, {"size": size, "rounds": per_round, "samples_s": {"burst": burst, "docker": docker}})
