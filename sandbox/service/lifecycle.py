@@ -63,14 +63,32 @@ class Lifecycle:
         return self._leader
 
     async def run(self) -> None:
+        heartbeat = asyncio.create_task(self._heartbeat(), name="replica-heartbeat")
+        try:
+            while True:
+                try:
+                    await self.tick()
+                except SandboxError as e:
+                    self._log.warning("lifecycle tick failed: %s", e.message)
+                except Exception:
+                    self._log.exception("lifecycle tick crashed")
+                await asyncio.sleep(self.settings.tick_s)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _heartbeat(self) -> None:
+        """Keep this replica's liveness lock renewed on a beat of its own: a tick under load (health probes of many
+        sandboxes, a burst of starts) can last longer than the lock, and other replicas would then take this one's
+        starts in progress for orphans."""
+        store, replica = self.service.store, self.service.replica
         while True:
             try:
-                await self.tick()
+                await store.try_lock(replica_lock(replica), replica, self.settings.leader_ttl_s * 3)
             except SandboxError as e:
-                self._log.warning("lifecycle tick failed: %s", e.message)
-            except Exception:
-                self._log.exception("lifecycle tick crashed")
-            await asyncio.sleep(self.settings.tick_s)
+                self._log.warning("could not renew this replica's liveness lock: %s", e.message)
+            await asyncio.sleep(self.settings.leader_ttl_s / 2)
 
     async def tick(self) -> None:
         store, now = self.service.store, time.monotonic()

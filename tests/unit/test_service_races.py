@@ -4,6 +4,7 @@ stale writes after an agent call, a claim against a removal, a stop during a war
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -341,3 +342,31 @@ async def test_the_last_replica_to_stop_removes_warm_instances_but_not_held_ones
 
 async def _queued(store: EmbeddedStore, key: str, count: int) -> bool:
     return len(await store.items(key)) == count
+
+
+async def test_a_long_tick_does_not_let_the_replicas_liveness_lapse(service: SandboxService) -> None:
+    """Other replicas judge this one's starts in progress by its liveness lock: a tick that lasts longer than the
+    lock (health probes under load) must not let it lapse."""
+    store = await EmbeddedStore.open(None, logger=LOGGER)
+    plane = SandboxService(service.backend, store, logger=LOGGER)
+    lifecycle = Lifecycle(plane, LifecycleSettings(leader_ttl_s=0.2, tick_s=0.05), logger=LOGGER)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_health() -> None:
+        entered.set()
+        await release.wait()
+
+    lifecycle.check_health = slow_health  # type: ignore[method-assign]
+    loop = asyncio.create_task(lifecycle.run())
+    try:
+        await asyncio.wait_for(entered.wait(), 10)
+        for _ in range(10):  # 2 s stuck in one tick: over three times the lock's 0.6 s
+            assert await store.holder(replica_lock(plane.replica)) == plane.replica, "the liveness lock lapsed"
+            await asyncio.sleep(0.2)
+    finally:
+        release.set()
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+        await lifecycle.stop()
+        await store.close()
