@@ -22,10 +22,12 @@ fixed grid, screenshots at any time and a speed factor.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -42,6 +44,8 @@ CLOCK_OPS = ("pause", "resume", "step", "speed", "state")
 MAX_STEP_MS = 86_400_000
 MAX_FACTOR = 1000.0
 FRAME_MS = 1000 / 60
+CLOSE_WAIT_S = 5.0
+"""How long a closed page may stay listed before the close returns anyway (it is gone in milliseconds)."""
 _CONFIG = re.compile(r"/\*CONFIG\*/.*?/\*END\*/", re.DOTALL)
 
 
@@ -83,7 +87,7 @@ class Pages:
         except BaseException:
             self._clocks.pop(target_id, None)
             with contextlib.suppress(Exception):
-                await browser.call("Target.closeTarget", {"targetId": target_id})
+                await self._close_target(browser, target_id)
             raise
         self._log.info("opened page %s (%s, clock %s)", target_id, state.get("url"), clock)
         return {"page": target_id, **state, "clock": clock_state}
@@ -96,9 +100,9 @@ class Pages:
         if len(ids) == 1:
             raise bad_request("cannot close the last page: Chromium would exit with it; navigate it elsewhere instead")
         browser = await self._browser.browser_session()
-        await browser.call("Target.closeTarget", {"targetId": page_id})
+        await self._close_target(browser, page_id)
         self._clocks.pop(page_id, None)
-        return {"closed": page_id, "pages": [p for p in await self._list() if p["page"] != page_id]}
+        return {"closed": page_id, "pages": await self._list()}
 
     async def list_pages(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"pages": await self._list()}
@@ -140,6 +144,17 @@ class Pages:
         return {"page": page.target_id}
 
     # ------------------------------------------------------------------ helpers
+
+    async def _close_target(self, browser: Any, target_id: str) -> None:
+        """Close a page and return once Chromium no longer lists it: ``Target.closeTarget`` answers before the
+        page is gone, and a page list taken right after would still show it."""
+        await browser.call("Target.closeTarget", {"targetId": target_id})
+        give_up = time.monotonic() + CLOSE_WAIT_S
+        while time.monotonic() < give_up:
+            if target_id not in {str(p["id"]) for p in await self._browser.page_targets()}:
+                return
+            await asyncio.sleep(0.02)
+        self._log.warning("page %s is still listed %g s after it was closed", target_id, CLOSE_WAIT_S)
 
     async def _page(self, page_id: str | None) -> Any:
         page = await self._browser.session(page_id)
