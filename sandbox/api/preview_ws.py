@@ -11,11 +11,13 @@ import asyncio
 import contextlib
 import logging
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
+
+from sandbox.api.ws_relay import run_both_ways
 
 CHUNK = 1 << 16
 WS_GOING_AWAY = 1001
@@ -106,22 +108,14 @@ async def relay_websocket(
             flush()
             await writer.drain()
 
-    tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            error = task.exception()
-            if error is not None and not isinstance(error, WebSocketDisconnect | ConnectionError):
-                logger.warning("preview websocket relay to %s failed: %r", target, error)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
-        with contextlib.suppress(Exception):
-            await websocket.close()
+    await run_both_ways(
+        upstream(),
+        downstream(),
+        websocket=websocket,
+        writer=writer,
+        logger=logger,
+        what=f"preview websocket relay to {target}",
+    )
 
 
 async def _handshake(protocol: ClientProtocol, reader: asyncio.StreamReader) -> tuple[Response | None, list[object]]:

@@ -10,10 +10,11 @@ follow is cut off rather than passed through.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
+
+from sandbox.api.ws_relay import run_both_ways
 
 CHUNK_BYTES = 1 << 16
 WS_NORMAL = 1000
@@ -167,21 +168,14 @@ async def pump(
         while data := await reader.read(CHUNK_BYTES):
             await websocket.send_bytes(data)
 
-    tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            error = task.exception()
-            if error is not None and not isinstance(error, WebSocketDisconnect | ConnectionError):
-                logger.warning("VNC proxy of %s failed: %r", label, error)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
-        with contextlib.suppress(Exception):
-            await websocket.close(close_code, reason[:120])
+    await run_both_ways(
+        upstream(),
+        downstream(),
+        websocket=websocket,
+        writer=writer,
+        logger=logger,
+        what=f"VNC proxy of {label}",
+        close_with=lambda: (close_code, reason),
+    )
     if gate is not None and gate.dropped:
         logger.info("view-only VNC session of %s: dropped %d input messages", label, gate.dropped)
