@@ -21,6 +21,7 @@ from sandbox.service import SandboxService, TokenRegistry
 from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_backend import FakeBackend, FakeConfig
 from sandbox.trajectories import LocalTrajectoryStore
+from tests.unit.snapshot_fake import SnapshottingFake
 
 ALPHA_TOKEN = "alpha-token-0123456789"
 BETA_TOKEN = "beta-token-0123456789ab"
@@ -98,3 +99,23 @@ async def api(service: SandboxService) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(service, TokenRegistry.from_mapping(TOKENS), logger=LOGGER)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=60) as client:
         yield client
+
+
+@pytest.fixture
+def fake_roots() -> Iterator[tuple[str, str]]:
+    """Fresh directories for a snapshotting fake's sockets and images; no sandbox may be left behind in them."""
+    sockets = tempfile.mkdtemp(prefix="sbxs-", dir="/tmp")
+    images = tempfile.mkdtemp(prefix="sbxi-", dir="/tmp")
+    yield sockets, images
+    leftovers = os.listdir(sockets)
+    for root in (sockets, images):
+        shutil.rmtree(root, ignore_errors=True)
+    assert not leftovers, f"sandboxes left behind: {leftovers}"
+
+
+@pytest_asyncio.fixture
+async def fake(fake_roots: tuple[str, str]) -> AsyncIterator[SnapshottingFake]:
+    """The fake backend able to snapshot (tests/unit/snapshot_fake.py)."""
+    backend = SnapshottingFake(FakeConfig(socket_root=fake_roots[0]), fake_roots[1])
+    yield backend
+    await backend.close()

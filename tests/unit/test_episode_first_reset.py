@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,7 +20,6 @@ from sandbox.service.task_snapshots import SNAPSHOT_LOCK_TTL_S, snapshot_lock
 from sandbox.store import EmbeddedStore, Store
 from sandbox.store.redis import RedisStore
 from sandbox.tasks.model import Task
-from sandbox.testing.fake_backend import FakeConfig
 from tests.redis_server import RedisServer, redis_server  # noqa: F401  (the session fixture)
 from tests.unit.snapshot_fake import (
     LOGGER,
@@ -62,24 +59,6 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def roots() -> Iterator[tuple[str, str]]:
-    sockets = tempfile.mkdtemp(prefix="sbxr-", dir="/tmp")
-    images = tempfile.mkdtemp(prefix="sbxi-", dir="/tmp")
-    yield sockets, images
-    leftovers = os.listdir(sockets)
-    for root in (sockets, images):
-        shutil.rmtree(root, ignore_errors=True)
-    assert not leftovers, f"sandboxes left behind: {leftovers}"
-
-
-@pytest_asyncio.fixture
-async def backend(roots: tuple[str, str]) -> AsyncIterator[SnapshottingFake]:
-    fake = SnapshottingFake(FakeConfig(socket_root=roots[0]), roots[1])
-    yield fake
-    await fake.close()
-
-
 @pytest_asyncio.fixture
 async def clock() -> Clock:
     return Clock()
@@ -105,9 +84,9 @@ async def stores(request: pytest.FixtureRequest, clock: Clock) -> AsyncIterator[
 
 @pytest_asyncio.fixture
 async def replicas(
-    backend: SnapshottingFake, stores: tuple[Store, Store]
+    fake: SnapshottingFake, stores: tuple[Store, Store]
 ) -> AsyncIterator[tuple[SandboxService, SandboxService]]:
-    async with running(backend, stores[0], replica="one") as one, running(backend, stores[1], replica="two") as two:
+    async with running(fake, stores[0], replica="one") as one, running(fake, stores[1], replica="two") as two:
         yield one, two
 
 
@@ -121,16 +100,16 @@ async def _runs(service: SandboxService, sandbox_id: str) -> str:
 
 
 async def test_resets_beginning_together_take_one_snapshot_and_none_waits_for_it(
-    replicas: tuple[SandboxService, SandboxService], backend: SnapshottingFake
+    replicas: tuple[SandboxService, SandboxService], fake: SnapshottingFake
 ) -> None:
     one, two = replicas
     placed = [one, two, one]
     sandboxes = [(await svc.create(ALICE, SPEC)).id for svc in placed]
     try:
-        backend.hold_commits = asyncio.Event()
+        fake.hold_commits = asyncio.Event()
         pairs = list(zip(placed, sandboxes, strict=True))
         resets = [asyncio.ensure_future(svc.reset(ALICE, sb, task=TASK)) for svc, sb in pairs]
-        await asyncio.wait_for(backend.committing.wait(), 60)  # the lock holder set up, and commits (held)
+        await asyncio.wait_for(fake.committing.wait(), 60)  # the lock holder set up, and commits (held)
         # The two others end while the commit is held: they neither wait for it nor take one.
         finished: set[asyncio.Future[Any]] = set()
         while len(finished) < 2:
@@ -139,17 +118,17 @@ async def test_resets_beginning_together_take_one_snapshot_and_none_waits_for_it
             )
             assert done, "a reset waited for the lock holder's snapshot"
             finished |= done
-        assert backend.commits == [] and await task_snapshots(one.store) == {}
-        backend.hold_commits.set()
+        assert fake.commits == [] and await task_snapshots(one.store) == {}
+        fake.hold_commits.set()
         observations = await asyncio.gather(*resets)
 
         assert [obs.info["setup_ran"] for obs in observations] == [True] * 3
         assert [obs.info["snapshot"] for obs in observations] == [None] * 3
-        assert len(backend.commits) == 1 and one.task_snapshots_taken + two.task_snapshots_taken == 1
+        assert len(fake.commits) == 1 and one.task_snapshots_taken + two.task_snapshots_taken == 1
         assert one.setups_run + two.setups_run == 3
         snaps = await task_snapshots(one.store)
-        assert list(snaps) == [f"{ALICE.tenant}/{NAME}"] and snaps[f"{ALICE.tenant}/{NAME}"].image == backend.commits[0]
-        await assert_every_record_has_its_image(one.store, backend)
+        assert list(snaps) == [f"{ALICE.tenant}/{NAME}"] and snaps[f"{ALICE.tenant}/{NAME}"].image == fake.commits[0]
+        await assert_every_record_has_its_image(one.store, fake)
         assert await one.store.holder(LOCK) is None, "the lock outlived its reset"
         scores = [await _solve_and_score(svc, sb) for svc, sb in pairs]
         assert scores == [1.0, 1.0, 1.0]
@@ -160,7 +139,7 @@ async def test_resets_beginning_together_take_one_snapshot_and_none_waits_for_it
         setups = one.setups_run + two.setups_run
         obs = await two.reset(ALICE, fourth, task=TASK)
         assert (obs.info["snapshot"], obs.info["setup_steps"]) == (NAME, 0)
-        assert one.setups_run + two.setups_run == setups and len(backend.commits) == 1
+        assert one.setups_run + two.setups_run == setups and len(fake.commits) == 1
         assert await _runs(two, fourth) == "run\n", "the snapshot's state, its setup not run again"
         assert await _solve_and_score(two, fourth) == 1.0
     finally:
@@ -169,7 +148,7 @@ async def test_resets_beginning_together_take_one_snapshot_and_none_waits_for_it
 
 
 async def test_a_reset_that_gets_the_lock_after_the_snapshot_was_taken_swaps_it_in(
-    replicas: tuple[SandboxService, SandboxService], backend: SnapshottingFake
+    replicas: tuple[SandboxService, SandboxService], fake: SnapshottingFake
 ) -> None:
     one, two = replicas
     late, early = (await one.create(ALICE, SPEC)).id, (await two.create(ALICE, SPEC)).id
@@ -178,14 +157,14 @@ async def test_a_reset_that_gets_the_lock_after_the_snapshot_was_taken_swaps_it_
     async def after_another_took_it(*args: Any, **kwargs: Any) -> Any:
         # ``late`` found no snapshot; before it asks for the lock, ``early`` sets up, snapshots and releases.
         first = await two.reset(ALICE, early, task=TASK)
-        assert first.info["setup_ran"] is True and len(backend.commits) == 1
+        assert first.info["setup_ran"] is True and len(fake.commits) == 1
         return await lock(*args, **kwargs)
 
     one._lock_task_snapshot = after_another_took_it  # type: ignore[method-assign]
     try:
         obs = await one.reset(ALICE, late, task=TASK)
         assert (obs.info["snapshot"], obs.info["setup_ran"]) == (NAME, False)
-        assert len(backend.commits) == 1 and one.setups_run == 0
+        assert len(fake.commits) == 1 and one.setups_run == 0
         assert await one.store.holder(LOCK) is None
         assert await _solve_and_score(one, late) == 1.0
     finally:
@@ -193,18 +172,18 @@ async def test_a_reset_that_gets_the_lock_after_the_snapshot_was_taken_swaps_it_
         await one.delete(ALICE, early)
 
 
-async def test_a_lock_left_by_a_crashed_replica_lapses(backend: SnapshottingFake, clock: Clock) -> None:
+async def test_a_lock_left_by_a_crashed_replica_lapses(fake: SnapshottingFake, clock: Clock) -> None:
     store = await EmbeddedStore.open(None, logger=LOGGER, clock=clock)
     try:
-        async with running(backend, store, replica="one") as service:
+        async with running(fake, store, replica="one") as service:
             assert await store.try_lock(LOCK, "crashed:0000", SNAPSHOT_LOCK_TTL_S)  # its replica died while setting up
             a, b = (await service.create(ALICE, SPEC)).id, (await service.create(ALICE, SPEC)).id
             try:
                 obs = await service.reset(ALICE, a, task=TASK)
-                assert obs.info["setup_ran"] is True and backend.commits == []  # set up, nothing taken, no wait
+                assert obs.info["setup_ran"] is True and fake.commits == []  # set up, nothing taken, no wait
                 clock.now += SNAPSHOT_LOCK_TTL_S + 1
                 obs = await service.reset(ALICE, b, task=TASK)
-                assert obs.info["setup_ran"] is True and len(backend.commits) == 1
+                assert obs.info["setup_ran"] is True and len(fake.commits) == 1
                 assert list(await task_snapshots(store)) == [f"{ALICE.tenant}/{NAME}"]
                 assert await store.holder(LOCK) is None
             finally:
@@ -214,10 +193,10 @@ async def test_a_lock_left_by_a_crashed_replica_lapses(backend: SnapshottingFake
         await store.close()
 
 
-async def test_a_lock_lost_during_the_setup_takes_nothing(backend: SnapshottingFake, clock: Clock) -> None:
+async def test_a_lock_lost_during_the_setup_takes_nothing(fake: SnapshottingFake, clock: Clock) -> None:
     store = await EmbeddedStore.open(None, logger=LOGGER, clock=clock)
     try:
-        async with running(backend, store, replica="one") as service:
+        async with running(fake, store, replica="one") as service:
             run_steps = service._run_steps
 
             async def slow_setup(*args: Any, **kwargs: Any) -> None:
@@ -229,7 +208,7 @@ async def test_a_lock_lost_during_the_setup_takes_nothing(backend: SnapshottingF
             sb = (await service.create(ALICE, SPEC)).id
             try:
                 obs = await service.reset(ALICE, sb, task=TASK)
-                assert obs.info["setup_ran"] is True and backend.commits == []
+                assert obs.info["setup_ran"] is True and fake.commits == []
                 assert await task_snapshots(store) == {} and await store.holder(LOCK) == "another:0000"
                 assert await _solve_and_score(service, sb) == 1.0
             finally:

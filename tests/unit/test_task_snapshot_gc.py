@@ -5,11 +5,8 @@ swaps it in marks it used, and the leader's reconciliation runs the collection."
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,7 +20,6 @@ from sandbox.service.task_config import TaskSettings
 from sandbox.service.task_snapshots import IN_USE_S, TOUCH_EVERY_S
 from sandbox.store import EmbeddedStore
 from sandbox.tasks.model import Task
-from sandbox.testing.fake_backend import FakeConfig
 from tests.polling import eventually
 from tests.unit.snapshot_fake import (
     LOGGER,
@@ -58,24 +54,6 @@ def key_of(t: Task) -> str:
     return f"{ALICE.tenant}/task-{t.digest()[:16]}"
 
 
-@pytest.fixture
-def roots() -> Iterator[tuple[str, str]]:
-    sockets = tempfile.mkdtemp(prefix="sbxg-", dir="/tmp")
-    images = tempfile.mkdtemp(prefix="sbxi-", dir="/tmp")
-    yield sockets, images
-    leftovers = os.listdir(sockets)
-    for root in (sockets, images):
-        shutil.rmtree(root, ignore_errors=True)
-    assert not leftovers, f"sandboxes left behind: {leftovers}"
-
-
-@pytest_asyncio.fixture
-async def backend(roots: tuple[str, str]) -> AsyncIterator[SnapshottingFake]:
-    fake = SnapshottingFake(FakeConfig(socket_root=roots[0]), roots[1])
-    yield fake
-    await fake.close()
-
-
 def settings(**changes: Any) -> TaskSettings:
     return TaskSettings(**{"warm_per_task": 0, **changes})
 
@@ -107,9 +85,9 @@ async def _first_reset(service: SandboxService, t: Task) -> str:
 
 
 async def test_an_unused_snapshot_goes_with_its_warm_instances_and_image_but_not_while_a_sandbox_runs_it(
-    backend: SnapshottingFake, store: EmbeddedStore
+    fake: SnapshottingFake, store: EmbeddedStore
 ) -> None:
-    async with running(backend, store, replica="one", tasks=settings(warm_per_task=1)) as service:
+    async with running(fake, store, replica="one", tasks=settings(warm_per_task=1)) as service:
         t = task(1)
         key = await _first_reset(service, t)
         snap = (await task_snapshots(store))[key]
@@ -137,20 +115,20 @@ async def test_an_unused_snapshot_goes_with_its_warm_instances_and_image_but_not
         assert key not in await task_snapshots(store)
         kept_pools = service.pools.keys()
         assert await store.items(queue) == [] and queue not in kept_pools
-        assert warm not in {i.id for i in await backend.list_instances()}, "its warm instance is removed"
-        assert snap.image not in backend.images, "its image is removed"
+        assert warm not in {i.id for i in await fake.list_instances()}, "its warm instance is removed"
+        assert snap.image not in fake.images, "its image is removed"
 
         # The next reset to the task sets it up and snapshots it again.
         await _first_reset(service, t)
-        await assert_every_record_has_its_image(store, backend)
+        await assert_every_record_has_its_image(store, fake)
 
 
 async def _queued(service: SandboxService, queue: str) -> bool:
     return len(await service.store.items(queue)) >= 1
 
 
-async def test_the_least_recently_used_beyond_the_bound_go(backend: SnapshottingFake, store: EmbeddedStore) -> None:
-    async with running(backend, store, replica="one", tasks=settings(max_task_snapshots=2)) as service:
+async def test_the_least_recently_used_beyond_the_bound_go(fake: SnapshottingFake, store: EmbeddedStore) -> None:
+    async with running(fake, store, replica="one", tasks=settings(max_task_snapshots=2)) as service:
         tasks = [task(n) for n in range(4)]
         for t in tasks:
             await _first_reset(service, t)
@@ -161,8 +139,8 @@ async def test_the_least_recently_used_beyond_the_bound_go(backend: Snapshotting
         assert sorted(removed) == sorted(key_of(t).split("/")[1] for t in (tasks[2], tasks[0]))
         assert set(await task_snapshots(store)) == {key_of(tasks[1]), key_of(tasks[3])}
         assert await service.collect_task_snapshots() == []  # within the bound now
-        await assert_every_record_has_its_image(store, backend)
-        assert len(backend.images) == 2
+        await assert_every_record_has_its_image(store, fake)
+        assert len(fake.images) == 2
 
         # One used lately is kept even beyond the bound: a reset may be swapping it in.
         many = TaskSettings(warm_per_task=0, max_task_snapshots=1)
@@ -172,9 +150,9 @@ async def test_the_least_recently_used_beyond_the_bound_go(backend: Snapshotting
 
 
 async def test_a_reset_marking_it_used_between_the_read_and_the_delete_keeps_it(
-    backend: SnapshottingFake, store: EmbeddedStore
+    fake: SnapshottingFake, store: EmbeddedStore
 ) -> None:
-    async with running(backend, store, replica="one", tasks=settings()) as service:
+    async with running(fake, store, replica="one", tasks=settings()) as service:
         t = task(1)
         key = await _first_reset(service, t)
         await _age(service, t, DAY + IN_USE_S)
@@ -188,12 +166,12 @@ async def test_a_reset_marking_it_used_between_the_read_and_the_delete_keeps_it(
             patch.setattr(store, "delete_if_version", a_reset_meanwhile)
             assert await service.collect_task_snapshots() == []
         assert key in await task_snapshots(store)
-        await assert_every_record_has_its_image(store, backend)
+        await assert_every_record_has_its_image(store, fake)
         assert await service.collect_task_snapshots() == [], "used just now"
 
 
-async def test_every_reset_that_swaps_it_in_marks_it_used(backend: SnapshottingFake, store: EmbeddedStore) -> None:
-    async with running(backend, store, replica="one", tasks=settings()) as service:
+async def test_every_reset_that_swaps_it_in_marks_it_used(fake: SnapshottingFake, store: EmbeddedStore) -> None:
+    async with running(fake, store, replica="one", tasks=settings()) as service:
         t = task(1)
         key = await _first_reset(service, t)
         await _age(service, t, TOUCH_EVERY_S + 1)
@@ -212,8 +190,8 @@ async def test_every_reset_that_swaps_it_in_marks_it_used(backend: SnapshottingF
             await service.delete(ALICE, sb)
 
 
-async def test_the_leaders_reconciliation_collects_them(backend: SnapshottingFake, store: EmbeddedStore) -> None:
-    async with running(backend, store, replica="one", tasks=settings(task_snapshot_ttl_s=3600)) as service:
+async def test_the_leaders_reconciliation_collects_them(fake: SnapshottingFake, store: EmbeddedStore) -> None:
+    async with running(fake, store, replica="one", tasks=settings(task_snapshot_ttl_s=3600)) as service:
         t = task(1)
         key = await _first_reset(service, t)
         image = (await task_snapshots(store))[key].image
@@ -222,4 +200,4 @@ async def test_the_leaders_reconciliation_collects_them(backend: SnapshottingFak
         assert key in await task_snapshots(store), "used a moment ago"
         await _age(service, t, 3600 + IN_USE_S)
         await lifecycle.reconcile()
-        assert key not in await task_snapshots(store) and image not in backend.images
+        assert key not in await task_snapshots(store) and image not in fake.images
