@@ -15,6 +15,7 @@ import sys
 
 from sandbox.agent.app import KINDS, AgentApp, AgentConfig
 from sandbox.agent.auth import DEFAULT_HELLO_TIMEOUT, TokenFile, TokenFileError, parse_listen
+from sandbox.agent.children import watch_children_by_pidfd
 from sandbox.agent.server import AgentServer
 from sandbox.protocol import AGENT_SOCKET_NAME, LISTEN_ENV, SOCKET_DIR_IN_SANDBOX, TOKEN_FILE_ENV
 
@@ -83,6 +84,7 @@ def parse_args(argv: list[str]) -> AgentConfig:
 
 async def run(config: AgentConfig) -> None:
     logger = logging.getLogger("sandbox.agent")
+    watch_children_by_pidfd(asyncio.get_running_loop())
     app = AgentApp(config, logger=logger)
     server = AgentServer(
         app.ops(),
