@@ -13,7 +13,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import stat
 import tempfile
 import time
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.agent.errors import AgentError, bad_request, require
+from sandbox.agent.plain_command import direct_argv
+from sandbox.agent.process_tree import kill_descendants, kill_group, kill_group_fully
 from sandbox.protocol import ErrorCode
 
 DEFAULT_TIMEOUT = 60.0
@@ -117,22 +118,6 @@ def _exit_code(returncode: int | None) -> int | None:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-async def _kill_group_fully(pgid: int, within: float = 3.0) -> None:
-    """SIGKILL a process group until it is empty: a fork bomb forks between two signals."""
-    give_up = time.monotonic() + within
-    while time.monotonic() < give_up:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            return
-        await asyncio.sleep(0.02)
-
-
 async def _drain(stream: asyncio.StreamReader | None, sink: _Output) -> None:
     if stream is None:
         return
@@ -190,13 +175,15 @@ class Shell:
 
     async def _run_once(self, req: _ExecRequest, stdin: bytes) -> tuple[dict[str, Any], bytes]:
         started = time.monotonic()
-        argv = ["bash", "-c", req.command] if isinstance(req.command, str) else req.command
+        direct = direct_argv(req.command) if isinstance(req.command, str) else None
+        shell_argv = ["bash", "-c", req.command] if isinstance(req.command, str) else req.command
         env = {**os.environ, **req.env}
         # Our own pipes, not asyncio's: Process.wait() also waits for asyncio's pipes to close, and
         # a background child (`xterm &`) holds them open, so wait() would last until the timeout.
         async with _OutputPipe() as stdout_pipe, _OutputPipe() as stderr_pipe:
-            try:
-                proc = await asyncio.create_subprocess_exec(
+
+            async def spawn(argv: list[str]) -> asyncio.subprocess.Process:
+                return await asyncio.create_subprocess_exec(
                     *argv,
                     stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
                     stdout=stdout_pipe.write_fd,
@@ -205,10 +192,17 @@ class Shell:
                     env=env,
                     start_new_session=True,
                 )
+
+            proc = None
+            if direct is not None:
+                with contextlib.suppress(OSError):  # bash will say why, in its own words
+                    proc = await spawn(direct)
+            try:
+                proc = proc or await spawn(shell_argv)
             except FileNotFoundError as e:
-                raise AgentError(ErrorCode.NOT_FOUND, f"cannot run {argv[0]!r} (or cwd missing): {e}") from e
+                raise AgentError(ErrorCode.NOT_FOUND, f"cannot run {shell_argv[0]!r} (or cwd missing): {e}") from e
             except OSError as e:
-                raise AgentError(ErrorCode.BAD_REQUEST, f"cannot start {argv[0]!r}: {e}") from e
+                raise AgentError(ErrorCode.BAD_REQUEST, f"cannot start {shell_argv[0]!r}: {e}") from e
             stdout_pipe.close_write_end()
             stderr_pipe.close_write_end()
             out, err = _Output(req.max_output), _Output(req.max_output)
@@ -226,13 +220,13 @@ class Shell:
                     timed_out = True
                 if timed_out or not req.keep_background:
                     # What the command left running in its group dies with it, unless asked otherwise.
-                    await _kill_group_fully(proc.pid)
+                    await kill_group_fully(proc.pid)
                 await proc.wait()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(asyncio.shield(readers), PIPE_GRACE_SECONDS)
             finally:
                 if proc.returncode is None:  # cancelled by the request's deadline
-                    _kill_group(proc.pid)
+                    kill_group(proc.pid)
                 readers.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await readers
@@ -345,13 +339,11 @@ class _Session:
 
     async def _interrupt(self, proc: asyncio.subprocess.Process, marker: str) -> tuple[int | None, bool]:
         """Kill what the timed-out command started; restart the shell if that is not enough."""
-        for pid in _descendants(proc.pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        kill_descendants(proc.pid)
         try:
             return await asyncio.wait_for(self._await_marker(proc, marker), 1.0), False
         except (TimeoutError, _SessionEnded):
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             await proc.wait()
             self._proc = None
             return None, True
@@ -359,7 +351,7 @@ class _Session:
     async def close(self) -> None:
         self._closed = True
         if self._proc is not None and self._proc.returncode is None:
-            _kill_group(self._proc.pid)
+            kill_group(self._proc.pid)
             await self._proc.wait()
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -426,23 +418,3 @@ def _read_capped(path: str, sink: _Output) -> None:
             sink.add(f.read(sink.limit + 1))
     except FileNotFoundError:
         return
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, stack = [], [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
