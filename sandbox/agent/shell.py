@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -31,6 +32,7 @@ DEFAULT_MAX_OUTPUT = 32 * 1024 * 1024
 # (e.g. `server &`); stop reading after this grace instead of waiting for them.
 PIPE_GRACE_SECONDS = 0.2
 MAX_SESSIONS = 64
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SMALL_IO_BYTES = 64 * 1024
 """A session's command and output files up to this size are written and read in the event loop, larger ones in a
 thread."""
@@ -296,6 +298,11 @@ class _Session:
     async def run(self, req: _ExecRequest) -> tuple[dict[str, Any], bytes]:
         if isinstance(req.command, list):
             raise bad_request("a session runs shell text: give cmd as a string")
+        # The session's bash reads `export NAME=...` lines: a name that is not an identifier (a quote in it) would
+        # leave bash mid-word, swallowing the lines after it, and the command would only end at its timeout.
+        for name in req.env:
+            if not _SHELL_NAME.fullmatch(name):
+                raise bad_request(f"in a session, env names are shell identifiers ([A-Za-z_][A-Za-z0-9_]*): {name!r}")
         async with self._lock:
             started = time.monotonic()
             proc = await self._start()

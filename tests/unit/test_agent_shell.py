@@ -167,6 +167,21 @@ async def test_session_keeps_cwd_and_exports(shell: Shell, tmp_path: Path) -> No
     assert out.decode().splitlines() == [str(tmp_path), "[]"], "a one-shot exec must not see a session's state"
 
 
+async def test_a_session_refuses_env_names_bash_cannot_export_and_stays_usable(shell: Shell) -> None:
+    """A quote in a name left the session's bash inside an open string: the command ran into its timeout (found by
+    the REST contract test's generated requests)."""
+    started = time.monotonic()
+    for name in ('a"b', "x'y", "1st", "a b", "a-b", "é"):
+        with pytest.raises(AgentError) as caught:
+            await shell.exec({"cmd": "true", "session": "s", "env": {name: "v"}, "timeout": 5}, b"")
+        assert caught.value.code == ErrorCode.BAD_REQUEST and "shell identifiers" in caught.value.message, name
+    assert time.monotonic() - started < 5, "refused up front, not after the command's timeout"
+    result, out, _ = await run(shell, 'echo "$_OK1"', session="s", env={"_OK1": 'it\'s "fine"\n'}, timeout=5)
+    assert (result["exit_code"], out) == (0, b'it\'s "fine"\n\n')
+    result, out, _ = await run(shell, "env", env={'a"b': "v"})  # a one-shot exec passes any name through execve
+    assert result["exit_code"] == 0 and b'a"b=v' in out.splitlines()
+
+
 async def test_session_output_small_or_large_or_capped_comes_back_whole(shell: Shell) -> None:
     """Small files go through the event loop, large ones through a thread: the caller sees the same either way."""
     small, out, err = await run(shell, "echo hi; echo oops >&2", session="s")
