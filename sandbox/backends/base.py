@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,9 @@ LABEL_USER_PREFIX = "sandbox.user."
 LABEL_SNAPSHOT = "sandbox.snapshot"
 LABEL_SNAPSHOT_RECORD = "sandbox.snapshot-record"
 """On a snapshot image: the snapshot's record (JSON), so a wiped store can adopt it again."""
+LABEL_TENANT_HASH = "sandbox.tenant-hash"
+"""On what is made for one tenant (an instance, a tenant's internal network): ``tenant_hash`` of it, never the raw
+tenant (a label value has limits, and an engine object's labels are no place for a tenant's name)."""
 MANAGED_BY = "sandbox"
 INSTANCE_ENV = "SANDBOX_INSTANCE_ID"
 """Inside an instance: its own instance id."""
@@ -81,10 +85,19 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def create(
-        self, instance_id: str, spec: SandboxSpec, *, pool: str | None = None, ready_timeout: float | None = None
+        self,
+        instance_id: str,
+        spec: SandboxSpec,
+        *,
+        pool: str | None = None,
+        ready_timeout: float | None = None,
+        tenant: str | None = None,
     ) -> BackendInstance:
         """Start an instance and return once its agent answers and is healthy. ``pool``: the warm pool it is
-        started for, kept on the instance so a wiped store can tell warm instances from held ones."""
+        started for, kept on the instance so a wiped store can tell warm instances from held ones. ``tenant``: the
+        tenant it is started for (the service names it for every instance but a warm one), the scope of what the
+        instance shares with its peers: with network ``internal`` it joins that tenant's internal network and
+        reaches that tenant's sandboxes alone. None: no tenant (a warm instance, a caller outside the service)."""
 
     @abc.abstractmethod
     async def destroy(self, instance_id: str) -> None:
@@ -175,6 +188,11 @@ def check_cpus(spec: SandboxSpec, host_cpus: float) -> None:
         raise FailedPrecondition(
             f"resources.cpus is {spec.resources.cpus:g}, but the host has {host_cpus:g} CPUs: ask for at most that"
         )
+
+
+def tenant_hash(tenant: str) -> str:
+    """A short, stable name of a tenant for engine object names and labels (12 hex digits of its SHA-256)."""
+    return hashlib.sha256(tenant.encode()).hexdigest()[:12]
 
 
 def encode_claim(claim: dict[str, Any]) -> str:

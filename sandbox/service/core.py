@@ -21,10 +21,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sandbox.agent_client import AgentClient
 from sandbox.backends.base import Backend
 from sandbox.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
-from sandbox.models import SandboxKind, SandboxSpec, SandboxState
+from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec, SandboxState
 from sandbox.observability.metrics import Metrics, note_kind
 from sandbox.service.auth import Principal
 from sandbox.service.instances import Instances
+from sandbox.service.output_tail import OutputTails
 from sandbox.service.pools import Pools
 from sandbox.service.records import (
     EPOCH,
@@ -82,6 +83,8 @@ class ServiceCore:
         self.pools = Pools(self.instances, store, logger=logger)
         self._recent: dict[str, deque[dict[str, Any]]] = {}
         self._touched: dict[str, float] = {}
+        self.output = OutputTails()
+        """The tail of each sandbox's recent command output (the web view's terminal cards)."""
         self.events: deque[dict[str, Any]] = deque(maxlen=1000)
         self.epoch: str | None = None
         """The store's epoch as this replica last saw it; see ``records.EPOCH``."""
@@ -176,13 +179,17 @@ class ServiceCore:
 
     # ------------------------------------------------------------------ provisioning
 
-    async def _provision(self, spec: SandboxSpec, image: str, sandbox_id: str) -> str:
-        """An instance for ``sandbox_id``: a warm one of the same spec when a pool has one, else a new start."""
+    async def _provision(self, spec: SandboxSpec, image: str, sandbox_id: str, tenant: str) -> str:
+        """An instance for ``sandbox_id`` of ``tenant``: a warm one of the same spec when a pool has one, else a new
+        start. Never a warm one for network ``internal``: that instance joins its tenant's network when it starts
+        (``Pools.add`` keeps no such pool; a queue left by an older version is not drawn from either)."""
         # Whether or not this replica keeps that pool: the leader may keep it for every replica.
-        instance = await self.instances.claim_warm(pool_key(spec, image), sandbox_id)
+        instance = None
+        if spec.network is not NetworkPolicy.INTERNAL:
+            instance = await self.instances.claim_warm(pool_key(spec, image), sandbox_id)
         self.metrics.provisioned(spec.kind, warm=instance is not None)
         if instance is None:
-            return await self.instances.start(spec, image, sandbox=sandbox_id)
+            return await self.instances.start(spec, image, sandbox=sandbox_id, tenant=tenant)
         return instance
 
     async def _image(self, principal: Principal, spec: SandboxSpec) -> str:
@@ -220,6 +227,7 @@ class ServiceCore:
     def _forget_local(self, sandbox_id: str) -> None:
         self._recent.pop(sandbox_id, None)
         self._touched.pop(sandbox_id, None)
+        self.output.forget(sandbox_id)
 
     def _event(self, kind: str, record: SandboxRecord, **details: Any) -> None:
         event = {"at": time.time(), "event": kind, "sandbox_id": record.id, "tenant": record.tenant, **details}

@@ -52,7 +52,7 @@ class FailureOps(ServiceCore):
                 return
             image = await self._image(Principal(record.tenant), record.spec)
             try:
-                instance = await self._provision(record.spec, image, sandbox_id)
+                instance = await self._provision(record.spec, image, sandbox_id, record.tenant)
             except SandboxError as e:
                 message = f"{why}; replacement failed: {e.message}"
                 await self._update(sandbox_id, lambda r: _set_unhealthy(r, failed, message))

@@ -61,9 +61,17 @@ class Instances:
         record.version = version
         return True
 
-    async def start(self, spec: SandboxSpec, image: str, *, pool: str | None = None, sandbox: str | None = None) -> str:
+    async def start(
+        self,
+        spec: SandboxSpec,
+        image: str,
+        *,
+        pool: str | None = None,
+        sandbox: str | None = None,
+        tenant: str | None = None,
+    ) -> str:
         """Start an instance of ``spec`` running ``image``; returns once its agent is healthy, WARM for ``pool``
-        (the caller queues it) or SERVING ``sandbox``."""
+        (the caller queues it) or SERVING ``sandbox`` of ``tenant`` (whose internal network it joins)."""
         instance = new_instance_id(spec.kind)
         now = time.time()
         record = InstanceRecord(id=instance, pool=pool, sandbox=sandbox, created_at=now, since=now, owner=self.replica)
@@ -71,7 +79,7 @@ class Instances:
         record.version = version or 0
         await self.store.incr(CREATED_COUNTER)
         try:
-            await self.backend.create(instance, spec.model_copy(update={"image": image}), pool=pool)
+            await self.backend.create(instance, spec.model_copy(update={"image": image}), pool=pool, tenant=tenant)
             moved = await settled(self._move(record, InstanceState.WARM if pool else InstanceState.SERVING))
         except BaseException:
             await settled(self._discard(instance))

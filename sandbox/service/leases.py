@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import time
 
-from sandbox.errors import InvalidArgument
-from sandbox.models import MAX_LEASE_S, SandboxInfo, SandboxSpec, SandboxState
+from sandbox.errors import InvalidArgument, SandboxError
+from sandbox.models import MAX_LEASE_S, SandboxInfo, SandboxKind, SandboxSpec, SandboxState
 from sandbox.observability.metrics import note_kind
 from sandbox.service.auth import Principal
 from sandbox.service.core import _ids, timed
 from sandbox.service.failures import FailureOps
 from sandbox.service.records import SANDBOXES, EpisodeRecord, SandboxRecord, new_sandbox_id
+
+EMULATOR_RESET_S = 330.0
+"""An android reset in place: the agent's snapshot load and boot wait (300 s at most), and some slack."""
+CLEAR_WORKSPACE = 'case "$PWD" in */workspace) find . -mindepth 1 -delete;; esac'
+"""Empties the agent's working directory, which is the workspace (and nothing else, whatever happens)."""
 
 
 class LeaseOps(FailureOps):
@@ -19,7 +24,7 @@ class LeaseOps(FailureOps):
         note_kind(spec.kind)
         image = await self._image(principal, spec)
         sandbox_id = new_sandbox_id(spec.kind)
-        instance = await self._provision(spec, image, sandbox_id)
+        instance = await self._provision(spec, image, sandbox_id, principal.tenant)
         now = time.time()
         record = SandboxRecord(
             id=sandbox_id,
@@ -103,8 +108,13 @@ class LeaseOps(FailureOps):
         image = await self._image(principal, spec)
         async with self._exclusive(sandbox_id):
             record = await self._find(principal, sandbox_id)
+            same = spec == record.spec and spec.snapshot is None and record.state is SandboxState.RUNNING
+            if spec.kind is SandboxKind.ANDROID and same:  # an unhealthy one is replaced
+                in_place = await self._reset_emulator(record, episode)
+                if in_place is not None:
+                    return in_place
             old = record.instance
-            instance = await self._provision(spec, image, sandbox_id)
+            instance = await self._provision(spec, image, sandbox_id, record.tenant)
 
             def swap(fresh: SandboxRecord) -> bool:
                 if fresh.instance != old or fresh.state is SandboxState.EXPIRED:
@@ -119,9 +129,38 @@ class LeaseOps(FailureOps):
                 await self._find(principal, sandbox_id)  # says what happened meanwhile (deleted, expired)
                 return record
             self._recent.pop(sandbox_id, None)
+            self.output.forget(sandbox_id)
         await self._publish_claim(updated)
         self.instances.retire_later(old)
         self._log.info("reset sandbox %s onto %s", sandbox_id, instance, extra=_ids(updated))
+        return updated
+
+    async def _reset_emulator(self, record: SandboxRecord, episode: EpisodeRecord | None) -> SandboxRecord | None:
+        """Android, same spec, running: the emulator back to its quickboot snapshot in place (the agent's ``reset``:
+        seconds, where a new instance cold-boots one in minutes) and the workspace emptied; the record as written, or
+        None when the agent could not (the caller then replaces the instance)."""
+        agent = self._agent(record)
+        try:
+            await agent.request("android", {"op": "reset"}, deadline=EMULATOR_RESET_S)
+            await agent.exec(CLEAR_WORKSPACE, timeout=60)
+        except SandboxError as e:
+            self._log.warning("sandbox %s: emulator reset failed (%s); replacing its instance", record.id, e)
+            return None
+        instance = record.instance
+
+        def reset(fresh: SandboxRecord) -> bool:
+            if fresh.instance != instance or fresh.state is not SandboxState.RUNNING:
+                return False
+            fresh.episode, fresh.error, fresh.last_active_at = episode, None, time.time()
+            return True
+
+        updated = await self._update(record.id, reset)
+        if updated is None:
+            return None
+        self._recent.pop(record.id, None)
+        self.output.forget(record.id)
+        await self._publish_claim(updated)
+        self._log.info("reset sandbox %s in place (emulator snapshot)", record.id, extra=_ids(updated))
         return updated
 
     async def close(self) -> None:

@@ -7,6 +7,10 @@ holds or starts more than ``max`` at once: instances ever created stay within
 
 A closed pool set starts nothing more; an instance whose start was under way when it closed is
 removed, never left running with nobody to hand it to.
+
+No pool is kept for a spec with network ``internal``: its instance joins its tenant's internal network when it
+starts (``Backend.create``'s ``tenant``), and a warm one is started before any tenant is known. ``add`` names the
+key such a pool would have and starts nothing for it; those specs always start a new instance.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.aio import settled
 from sandbox.errors import SandboxError
-from sandbox.models import SandboxSpec
+from sandbox.models import NetworkPolicy, SandboxSpec
 from sandbox.observability.metrics import PoolStats
 from sandbox.service.instances import Instances
 from sandbox.service.records import pool_key
@@ -56,10 +60,21 @@ class Pools:
         self._pools: dict[str, _Pool] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._refused: set[str] = set()
 
     def add(self, spec: SandboxSpec, image: str, *, min: int, max: int, max_starting: int = 4) -> str:
-        """Keep a pool (again: the sizes of a pool already kept are updated, its starts still count)."""
+        """Keep a pool (again: the sizes of a pool already kept are updated, its starts still count); its key.
+        A spec with network ``internal`` gets none (see above): its key is returned, and nothing is kept."""
         key = pool_key(spec, image)
+        if spec.network is NetworkPolicy.INTERNAL:
+            if key not in self._refused:
+                self._refused.add(key)
+                self._log.warning(
+                    "no warm pool for %s: network internal is per tenant, so its instances start for their tenant",
+                    key,
+                    extra={"pool": key},
+                )
+            return key
         pool = self._pools.get(key)
         if pool is None:
             self._pools[key] = _Pool(key, spec, image, min, max, max_starting)

@@ -1,6 +1,8 @@
 """A backend for unit tests of the layers above backends: each "instance" is the real agent running as a
 local subprocess with its own workspace directory. No isolation at all: never use it for anything but
-tests (no server config can select it). Terminal instances only (no display)."""
+tests (no server config can select it). Terminal instances, and android ones: the agent with ``--kind android``,
+whose driver reaches whatever adb server and emulator console the spec's env names (the tests' fakes: set
+``ANDROID_ADB_SERVER_PORT``, ``SANDBOX_ANDROID_CONSOLE_PORT``, and ``SANDBOX_ANDROID_GRPC`` empty)."""
 
 from __future__ import annotations
 
@@ -21,16 +23,19 @@ from sandbox.backends.base import (
     LABEL_INSTANCE,
     LABEL_KIND,
     LABEL_POOL,
+    LABEL_TENANT_HASH,
     Backend,
     BackendInstance,
     BackendSnapshot,
     RuntimeState,
     check_cpus,
+    tenant_hash,
 )
 from sandbox.errors import FailedPrecondition, NotFound, Unavailable
 from sandbox.models import SandboxKind, SandboxSpec
 from sandbox.protocol import AGENT_SOCKET_NAME
 
+KINDS = (SandboxKind.TERMINAL, SandboxKind.ANDROID)
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -49,6 +54,7 @@ class _Proc:
     spec: SandboxSpec
     created_at: float
     pool: str | None
+    tenant: str | None = None
 
 
 class FakeBackend(Backend):
@@ -65,13 +71,23 @@ class FakeBackend(Backend):
         return os.path.join(self.config.socket_root, instance_id)
 
     async def create(
-        self, instance_id: str, spec: SandboxSpec, *, pool: str | None = None, ready_timeout: float | None = None
+        self,
+        instance_id: str,
+        spec: SandboxSpec,
+        *,
+        pool: str | None = None,
+        ready_timeout: float | None = None,
+        tenant: str | None = None,
     ) -> BackendInstance:
-        if spec.kind is not SandboxKind.TERMINAL:
-            raise FailedPrecondition(f"the fake backend runs terminal sandboxes only, not {spec.kind.value}")
+        """``tenant`` is kept only as the instance's ``LABEL_TENANT_HASH`` label (the fake has no networks)."""
+        if spec.kind not in KINDS or (spec.kind is SandboxKind.ANDROID and "ANDROID_ADB_SERVER_PORT" not in spec.env):
+            raise FailedPrecondition(
+                f"the fake backend runs terminal sandboxes only (and android ones whose env names a fake adb server's "
+                f"ANDROID_ADB_SERVER_PORT), not {spec.kind.value}"
+            )
         check_cpus(spec, len(os.sched_getaffinity(0)))  # as the Docker backend does
         await asyncio.to_thread(os.makedirs, os.path.join(self._dir(instance_id), "workspace"), exist_ok=True)
-        self._procs[instance_id] = _Proc(await self._spawn(instance_id, spec), spec, time.time(), pool)
+        self._procs[instance_id] = _Proc(await self._spawn(instance_id, spec), spec, time.time(), pool, tenant)
         try:
             await self.agent(instance_id).wait_ready(ready_timeout or 30)
         except Unavailable:
@@ -83,7 +99,7 @@ class FakeBackend(Backend):
         root = self._dir(instance_id)
         workspace = os.path.join(root, "workspace")
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "sandbox.agent", "--kind", "terminal",
+            sys.executable, "-m", "sandbox.agent", "--kind", spec.kind.value,
             "--socket", os.path.join(root, AGENT_SOCKET_NAME), "--workspace", workspace, "--roots", workspace,
             env={**os.environ, **spec.env, "PYTHONPATH": _REPO_ROOT},
             stdout=asyncio.subprocess.DEVNULL,
@@ -123,6 +139,8 @@ class FakeBackend(Backend):
         labels = {LABEL_INSTANCE: instance_id, LABEL_KIND: proc.spec.kind.value, **proc.spec.labels}
         if proc.pool:
             labels[LABEL_POOL] = proc.pool
+        if proc.tenant is not None:
+            labels[LABEL_TENANT_HASH] = tenant_hash(proc.tenant)
         return BackendInstance(
             id=instance_id,
             kind=proc.spec.kind,

@@ -1,6 +1,6 @@
 """Containment, checked from inside real sandboxes: non-root everywhere, no Docker socket and no host path, no way
 from one sandbox to another (network ``none``: not over TCP on loopback, not over abstract unix sockets, not by
-signal or ``/proc``), and what the shared ``internal`` network does and does not reach."""
+signal or ``/proc``), and what an ``internal`` network (one per tenant) does and does not reach."""
 
 from __future__ import annotations
 
@@ -160,8 +160,9 @@ async def test_one_sandbox_cannot_reach_another(make_sandbox: SandboxFactory) ->
 async def test_the_internal_network_has_no_way_out_and_no_way_to_the_host(
     make_sandbox: SandboxFactory,
 ) -> None:
-    """``network: internal`` is opt-in and shared by the control plane's sandboxes (they reach each other, by
-    design); it reaches no address outside, and the host's side of the bridge answers nothing."""
+    """``network: internal`` is opt-in and shared by one tenant's sandboxes (here the backend's, called with no
+    tenant: they reach each other, by design); it reaches no address outside, and the host's side of the bridge
+    answers nothing."""
     port, name = 47000 + secrets.randbelow(1000), f"sbx-{secrets.token_hex(4)}"
     first = await make_sandbox("terminal", network="internal")
     second = await make_sandbox("terminal", network="internal")
@@ -197,11 +198,6 @@ async def test_the_internal_network_has_no_way_out_and_no_way_to_the_host(
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the internal network is one per control plane (sbx-internal-<owner>), not per tenant, so "
-    "tenants' internal sandboxes reach each other; the fix is a network per tenant (see docs/hardening.md)",
-)
 async def test_internal_sandboxes_of_two_tenants_do_not_reach_each_other(docker_client: docker.DockerClient) -> None:
     owner, sockets = f"{OWNER}-tn", f"/run/sbx-test-{RUN_ID}-tn"
     port, name = 47000 + secrets.randbelow(1000), f"sbx-{secrets.token_hex(4)}"

@@ -45,14 +45,20 @@ class SnapshottingFake(FakeBackend):
         return os.path.join(self.images_dir, ref.removeprefix(IMAGE_PREFIX))
 
     async def create(
-        self, instance_id: str, spec: SandboxSpec, *, pool: str | None = None, ready_timeout: float | None = None
+        self,
+        instance_id: str,
+        spec: SandboxSpec,
+        *,
+        pool: str | None = None,
+        ready_timeout: float | None = None,
+        tenant: str | None = None,
     ) -> BackendInstance:
         if spec.image is not None and spec.image.startswith(IMAGE_PREFIX):
             if spec.image not in self.images:
                 raise AssertionError(f"an instance started from the missing image {spec.image}")
             workspace = os.path.join(self._dir(instance_id), "workspace")
             await asyncio.to_thread(shutil.copytree, self._image_dir(spec.image), workspace)
-        return await super().create(instance_id, spec, pool=pool, ready_timeout=ready_timeout)
+        return await super().create(instance_id, spec, pool=pool, ready_timeout=ready_timeout, tenant=tenant)
 
     async def snapshot(self, instance_id: str, name: str, *, record: dict[str, Any] | None = None) -> str:
         self.committing.set()

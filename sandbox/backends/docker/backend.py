@@ -22,6 +22,7 @@ import shutil
 import time
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 import docker
@@ -50,7 +51,7 @@ from sandbox.backends.base import (
 )
 from sandbox.backends.docker import claims as claim_files
 from sandbox.backends.docker.config import DockerConfig
-from sandbox.backends.docker.networks import ensure_internal_network
+from sandbox.backends.docker.networks import InternalNetworks
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec
 from sandbox.protocol import AGENT_SOCKET_NAME, SOCKET_DIR_IN_SANDBOX
@@ -60,7 +61,6 @@ T = TypeVar("T")
 CONTAINER_PREFIX = "sbx-"
 SNAPSHOT_REPO = "sandbox-snap"
 VOLUME_PREFIX = "sbxvol-"
-INTERNAL_NETWORK = "sbx-internal"
 SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER)
 
 
@@ -134,6 +134,7 @@ class DockerBackend(Backend):
         self.config = config
         self._client: docker.DockerClient | None = None
         self._host_cpus: float | None = None
+        self._networks = InternalNetworks(lambda: self.client, config.owner, self.owner_labels(), _call)
 
     @property
     def client(self) -> docker.DockerClient:
@@ -166,7 +167,13 @@ class DockerBackend(Backend):
     # ------------------------------------------------------------------ lifecycle
 
     async def create(
-        self, instance_id: str, spec: SandboxSpec, *, pool: str | None = None, ready_timeout: float | None = None
+        self,
+        instance_id: str,
+        spec: SandboxSpec,
+        *,
+        pool: str | None = None,
+        ready_timeout: float | None = None,
+        tenant: str | None = None,
     ) -> BackendInstance:
         if spec.kind not in SUPPORTED_KINDS:
             raise FailedPrecondition(
@@ -178,10 +185,13 @@ class DockerBackend(Backend):
         check_cpus(spec, self._host_cpus)
         try:
             socket_dir = await asyncio.to_thread(self._make_socket_dir, instance_id)
-            params = await self._run_params(instance_id, spec, socket_dir, pool)
-            # create + start, never containers.run: run pulls a missing image, and no registry is reachable.
-            container = await settled(_call(f"create instance {instance_id}", self.client.containers.create, **params))
-            await settled(_call(f"start instance {instance_id}", container.start))
+            async with self._networks.joining(spec.network, tenant) as network:  # None: not network internal
+                params = await self._run_params(instance_id, spec, socket_dir, pool, network)
+                # create + start, never containers.run: run pulls a missing image, and no registry is reachable.
+                make = partial(_call, f"create instance {instance_id}", self.client.containers.create, **params)
+                container = await settled(self._networks.again_if_gone(network, tenant, make))
+                start = partial(_call, f"start instance {instance_id}", container.start)
+                await settled(self._networks.again_if_gone(network, tenant, start))
             await self._wait_ready(instance_id, ready_timeout)
             await _call(f"inspect instance {instance_id}", container.reload)
             raise_if_cancelled()
@@ -216,7 +226,7 @@ class DockerBackend(Backend):
         return self._describe(container)
 
     async def _run_params(
-        self, instance_id: str, spec: SandboxSpec, socket_dir: str, pool: str | None
+        self, instance_id: str, spec: SandboxSpec, socket_dir: str, pool: str | None, network: str | None
     ) -> dict[str, Any]:
         labels = {
             **self.owner_labels(),
@@ -258,7 +268,7 @@ class DockerBackend(Backend):
         if spec.network is NetworkPolicy.NONE:
             params["network_mode"] = "none"
         elif spec.network is NetworkPolicy.INTERNAL:
-            params["network"] = await self._ensure_internal_network()
+            params["network"] = network  # the tenant's (networks.py)
         else:
             params["network_mode"] = "bridge"
         return params
@@ -306,15 +316,12 @@ class DockerBackend(Backend):
             await asyncio.shield(_call(f"prepare volume {name}", chown.remove, force=True))
         return full
 
-    async def _ensure_internal_network(self) -> str:
-        name = f"{INTERNAL_NETWORK}-{self.config.owner}"
-        return await ensure_internal_network(self.client, name, self.owner_labels(), _call)
-
     async def destroy(self, instance_id: str) -> None:
         await self._forget_agent(instance_id)
         try:
             container = await self._get(instance_id)
             await _call(f"remove instance {instance_id}", container.remove, force=True, v=True)
+            await self._networks.release(container.attrs)  # its tenant's internal network, if the last one on it
         except NotFound:
             pass
         await asyncio.to_thread(shutil.rmtree, self.socket_dir(instance_id), True)

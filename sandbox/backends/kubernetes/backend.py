@@ -90,8 +90,18 @@ class KubernetesBackend(Backend):
     # ------------------------------------------------------------------ lifecycle
 
     async def create(
-        self, instance_id: str, spec: SandboxSpec, *, pool: str | None = None, ready_timeout: float | None = None
+        self,
+        instance_id: str,
+        spec: SandboxSpec,
+        *,
+        pool: str | None = None,
+        ready_timeout: float | None = None,
+        tenant: str | None = None,
     ) -> BackendInstance:
+        """``tenant`` is accepted and not used yet: network ``internal`` is one NetworkPolicy per owner
+        (``manifests.network_policies``), made once, so internal pods of two tenants of one owner reach each other
+        here. Scoping it would take a policy per tenant, made on a tenant's first internal pod and removed after
+        its last (a policy cannot select "pods with my own label value"); see docs/hardening.md."""
         if spec.kind not in SUPPORTED_KINDS:
             raise FailedPrecondition(
                 f"the kubernetes backend cannot run {spec.kind.value} sandboxes: an Android emulator needs KVM on the "

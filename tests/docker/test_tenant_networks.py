@@ -1,0 +1,150 @@
+"""Network ``internal`` is one bridge per tenant (``sandbox/backends/docker/networks.py``): one tenant's internal
+sandboxes reach each other on it, a reset keeps the sandbox on it, and it goes with the tenant's last sandbox (the
+other tenants' networks stay). Real containers, through the service, on a control plane (owner) of their own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import docker
+import pytest
+import pytest_asyncio
+
+from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, LABEL_TENANT_HASH, MANAGED_BY, tenant_hash
+from sandbox.backends.docker.backend import DockerBackend
+from sandbox.backends.docker.backend import _call as engine_call
+from sandbox.backends.docker.config import DockerConfig
+from sandbox.errors import NotFound
+from sandbox.models import Exec, NetworkPolicy, SandboxSpec
+from sandbox.service import Principal, SandboxService
+from sandbox.store import EmbeddedStore
+from tests.conftest import OWNER, RUN_ID, TEST_LABEL, owned_by
+from tests.docker.test_containment import _CONNECT, _LISTEN
+
+pytestmark = pytest.mark.docker
+LOGGER = logging.getLogger("sandbox.test.tenant-networks")
+SPEC = SandboxSpec(kind="terminal", labels=TEST_LABEL, network=NetworkPolicy.INTERNAL)
+ALPHA, BETA = Principal("alpha"), Principal("beta")
+
+
+@dataclass
+class Plane:
+    owner: str
+    backend: DockerBackend
+    store: EmbeddedStore
+    service: SandboxService
+    client: docker.DockerClient
+
+    def network_of(self, tenant: str) -> str:
+        return f"sbx-internal-{self.owner}-{tenant_hash(tenant)}"
+
+    def networks(self) -> dict[str, dict[str, str]]:
+        """This owner's networks: name -> labels."""
+        found = self.client.networks.list(filters={"label": f"{LABEL_OWNER}={self.owner}"})
+        return {n.name: dict(n.attrs.get("Labels") or {}) for n in found}
+
+    async def networks_of_sandbox(self, sandbox_id: str) -> list[str]:
+        record = await self.store.get("sandboxes", sandbox_id)
+        assert record is not None
+        container = self.client.containers.get(self.backend.container_name(record["instance"]))
+        return list(container.attrs["NetworkSettings"]["Networks"])
+
+    async def address_of(self, sandbox_id: str) -> str:
+        record = await self.store.get("sandboxes", sandbox_id)
+        assert record is not None
+        container = self.client.containers.get(self.backend.container_name(record["instance"]))
+        (network,) = container.attrs["NetworkSettings"]["Networks"].values()
+        return str(network["IPAddress"])
+
+    async def delete(self, principal: Principal, sandbox_id: str) -> None:
+        """Delete, and wait for the instance's removal (the service removes it in the background)."""
+        await self.service.delete(principal, sandbox_id)
+        await self.service.instances.drain()
+
+
+@pytest_asyncio.fixture
+async def plane(docker_client: docker.DockerClient) -> AsyncIterator[Plane]:
+    owner, sockets = f"{OWNER}-tnet", f"/run/sbx-test-{RUN_ID}-tnet"
+    with owned_by(docker_client, owner, sockets):
+        backend = DockerBackend(DockerConfig(owner=owner, socket_root=sockets))
+        store = await EmbeddedStore.open(None, logger=LOGGER)
+        service = SandboxService(backend, store, logger=LOGGER)
+        try:
+            yield Plane(owner, backend, store, service, docker_client)
+        finally:
+            await service.close()
+            await store.close()
+            await backend.close()
+            for summary in docker_client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
+                docker_client.api.remove_container(summary["Id"], force=True, v=True)
+            for network in docker_client.networks.list(filters={"label": f"{LABEL_OWNER}={owner}"}):
+                network.remove()
+
+
+async def test_one_tenants_internal_sandboxes_reach_each_other_on_its_own_network(plane: Plane) -> None:
+    port, name = 47000 + secrets.randbelow(1000), f"sbx-{secrets.token_hex(4)}"
+    first, second = await asyncio.gather(plane.service.create(ALPHA, SPEC), plane.service.create(ALPHA, SPEC))
+    network = plane.network_of("alpha")
+    assert await plane.networks_of_sandbox(first.id) == [network]
+    assert await plane.networks_of_sandbox(second.id) == [network]
+    labels = plane.networks()[network]
+    assert labels[LABEL_OWNER] == plane.owner and labels[LABEL_MANAGED_BY] == MANAGED_BY
+    assert labels[LABEL_TENANT_HASH] == tenant_hash("alpha")
+    assert "alpha" not in network  # the tenant's hash names it, never the tenant itself
+
+    start = ["sh", "-c", 'python3 -c "$1" "$2" "$3" >/dev/null 2>&1 &', "sh", _LISTEN, str(port), name]
+    await plane.service.exec(ALPHA, first.id, Exec(cmd=start, keep_background=True))
+    listening = Exec(cmd="for i in $(seq 50); do test -e /tmp/listening && exit 0; sleep 0.1; done; exit 1")
+    assert (await plane.service.exec(ALPHA, first.id, listening)).exit_code == 0
+    connect = Exec(cmd=["python3", "-c", _CONNECT, "tcp", f"{await plane.address_of(first.id)}:{port}"])
+    reached = await plane.service.exec(ALPHA, second.id, connect)
+    assert reached.stdout.startswith("connected"), reached.stdout
+
+    # A reset starts the sandbox's new instance for its tenant: on the same network, the old one's removal
+    # leaves the network to the sandboxes still on it.
+    await plane.service.reset(ALPHA, second.id)
+    await plane.service.instances.drain()
+    assert await plane.networks_of_sandbox(second.id) == [network]
+    assert network in plane.networks()
+
+
+async def test_a_tenants_internal_network_goes_with_its_last_sandbox(plane: Plane) -> None:
+    first, second, other = await asyncio.gather(
+        plane.service.create(ALPHA, SPEC), plane.service.create(ALPHA, SPEC), plane.service.create(BETA, SPEC)
+    )
+    alpha, beta = plane.network_of("alpha"), plane.network_of("beta")
+    assert {alpha, beta} <= set(plane.networks())
+    await plane.delete(ALPHA, first.id)
+    assert {alpha, beta} <= set(plane.networks()), "alpha's network went while a sandbox of alpha's was on it"
+    await plane.delete(ALPHA, second.id)
+    assert alpha not in plane.networks(), "alpha's network outlived its last sandbox"
+    assert beta in plane.networks(), "another tenant's network went with alpha's last sandbox"
+    await plane.delete(BETA, other.id)
+    assert plane.networks() == {}
+
+
+async def test_a_create_whose_network_another_replica_just_removed_makes_it_again(plane: Plane) -> None:
+    """Two replicas of one owner: one removes a tenant's network (its last sandbox went) between the other's check
+    of the network and its container's start. The start finds no network, makes it again and goes on."""
+    networks = plane.backend._networks
+    async with networks.joining(NetworkPolicy.INTERNAL, "alpha") as name:
+        assert name == plane.network_of("alpha")
+        plane.client.networks.get(name).remove()  # the other replica's removal, in that moment
+        labels = {**plane.backend.owner_labels(), **TEST_LABEL}
+
+        container = plane.client.containers.create("sandbox/terminal:latest", ["sleep", "60"], network=name,
+                                                   labels=labels)  # fmt: skip
+
+        async def start() -> None:
+            await engine_call("start the container", container.start)  # the backend's, errors translated
+
+        with pytest.raises(NotFound):
+            await start()  # the engine's answer without the network
+        await networks.again_if_gone(name, "alpha", start)
+    container.reload()
+    assert container.status == "running" and list(container.attrs["NetworkSettings"]["Networks"]) == [name]
+    assert plane.networks()[name][LABEL_TENANT_HASH] == tenant_hash("alpha")
