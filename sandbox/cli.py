@@ -53,6 +53,14 @@ def server(
     host: Annotated[str | None, typer.Option(help="Bind address (loopback unless tokens are set).")] = None,
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port [default: 50051].")] = None,
     http_port: Annotated[int | None, typer.Option(help="HTTP (REST, docs) port [default: 8080].")] = None,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SANDBOX_PUBLIC_URL",
+            help="HTTP address callers reach this server at (e.g. behind a proxy), for preview URLs "
+            "[default: http://<host>:<http-port>].",
+        ),
+    ] = None,
     tokens_file: Annotated[
         str | None, typer.Option(envvar="SANDBOX_TOKENS_FILE", help="JSON {token: tenant | {tenant, admin}}.")
     ] = None,
@@ -100,7 +108,13 @@ def server(
     configure_logging(log_format, level=level)
     try:
         raw: dict[str, Any] = json.loads(config.read_text()) if config else {}
-        flags = {"host": host, "grpc_port": grpc_port, "http_port": http_port, "tokens_file": tokens_file}
+        flags = {
+            "host": host,
+            "grpc_port": grpc_port,
+            "http_port": http_port,
+            "public_url": public_url,
+            "tokens_file": tokens_file,
+        }
         raw.update({name: value for name, value in flags.items() if value is not None})
         raw["backend"] = _backend_settings(raw.get("backend"), owner=owner, socket_root=socket_root)
         if redis_url:
@@ -393,6 +407,31 @@ def logs(
             sys.stdout.write(client.get(sandbox_id).logs(tail=tail))
     except SandboxError as e:
         _fail(e)
+
+
+@app.command("url")
+def preview_url(
+    sandbox_id: Annotated[str, typer.Argument(help="Sandbox id.")],
+    port: Annotated[int, typer.Argument(help="A port the sandbox listens on, 1024-65535.")],
+    ttl: Annotated[float | None, typer.Option(help="Seconds the URL's ticket lasts [default: 300].")] = None,
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
+) -> None:
+    """Print a preview URL: HTTP and websockets to PORT inside the sandbox, through the control plane."""
+    from sandbox.preview_models import UrlRequest
+    from sandbox.wire.convert import validate
+
+    try:
+        validate(UrlRequest, {"port": port, "ttl_s": ttl}, what="preview URL request")
+    except SandboxError as e:
+        err_console.print(f"[red]error[/red]: {e.message.replace('ttl_s:', '--ttl:')}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    try:
+        with _client(target, token) as client:
+            url = client.get(sandbox_id).url(port, ttl=ttl)
+    except SandboxError as e:
+        _fail(e)
+    sys.stdout.write(url + "\n")  # not rich: a long URL must not wrap
 
 
 def main() -> None:

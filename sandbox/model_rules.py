@@ -8,6 +8,8 @@ from typing import Annotated, Any
 from pydantic import Field
 
 VOLUME_NAME = r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$"
+SNAPSHOT_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+"""A snapshot's name (the caller's own, or a task's ``task-<digest>``)."""
 _SEGMENT = r"([^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+|\.)"
 """A path segment, any but '..' (with no lookahead: neither JSON Schema generators nor Rust's regex have it)."""
 MOUNT_PATH = rf"^/+({_SEGMENT}/+)*{_SEGMENT}/*$"

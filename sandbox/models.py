@@ -7,16 +7,23 @@ import enum
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from sandbox.model_rules import COMMAND, MOUNT_PATH, SYSTEM_DIR, VOLUME_NAME, EnvName, EnvValue, keys_must_match
+from sandbox.model_base import Button, Coord, Model, _Action
+from sandbox.model_rules import (
+    COMMAND,
+    MOUNT_PATH,
+    SNAPSHOT_NAME,
+    SYSTEM_DIR,
+    VOLUME_NAME,
+    EnvName,
+    EnvValue,
+    keys_must_match,
+)
+from sandbox.models_android import LongPress, OpenApp, Swipe, Tap
 
 MAX_LEASE_S = 7 * 24 * 3600
 """The longest lease (seconds): the limit of ``SandboxSpec.ttl_s`` and ``idle_timeout_s``, and of a renewal."""
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SandboxKind(enum.StrEnum):
@@ -81,7 +88,11 @@ class SandboxSpec(Model):
     labels: dict[str, str] = Field(
         default_factory=dict, max_length=64, description="Free-form labels, kept with the sandbox."
     )
-    snapshot: str | None = Field(None, description="Start from this snapshot of the caller's instead of the image.")
+    snapshot: str | None = Field(
+        None,
+        pattern=SNAPSHOT_NAME,
+        description="Start from this snapshot of the caller's instead of the image (a snapshot's name).",
+    )
     ttl_s: float = Field(6 * 3600, gt=0, le=MAX_LEASE_S, description="Lease: deleted this long after creation.")
     idle_timeout_s: float | None = Field(
         1800, gt=0, le=MAX_LEASE_S, description="Lease: deleted after this long with no call on it; None: never."
@@ -121,14 +132,6 @@ class SnapshotInfo(Model):
 
 
 # --------------------------------------------------------------------------- actions
-
-
-class _Action(Model):
-    pass
-
-
-Button = Literal["left", "middle", "right"]
-Coord = Annotated[int, Field(ge=0, le=16_384)]
 
 
 class Move(_Action):
@@ -349,34 +352,13 @@ COMPUTER_ACTIONS = (
 )  # fmt: skip
 
 Action = Annotated[
-    Move
-    | Click
-    | DoubleClick
-    | RightClick
-    | Drag
-    | Scroll
-    | TypeText
-    | Key
-    | Hotkey
-    | KeyDown
-    | KeyUp
-    | MouseDown
-    | MouseUp
-    | Wait
-    | Exec
-    | Navigate
-    | Evaluate
-    | PageOpen
-    | PageClose
-    | Clock
-    | PageKey
-    | PageClick
-    | Pyautogui
-    | Done
-    | Fail,
+    Move | Click | DoubleClick | RightClick | Drag | Scroll | TypeText | Key | Hotkey | KeyDown | KeyUp | MouseDown
+    | MouseUp | Wait | Exec | Navigate | Evaluate | PageOpen | PageClose | Clock | PageKey | PageClick | Pyautogui
+    | Done | Fail | Tap | LongPress | Swipe | OpenApp,
     Field(discriminator="type"),
     BeforeValidator(_osworld_spelling),
-]
+]  # fmt: skip
+"""Every action a step takes. ``ANDROID_ACTIONS`` (tap, long_press, swipe, open_app) are android sandboxes' own."""
 
 
 # --------------------------------------------------------------------------- results

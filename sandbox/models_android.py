@@ -1,9 +1,6 @@
-"""The android sandbox's own actions (docs/android.md), next to ``models``' computer actions, which an android
-sandbox also takes (mapped as the table in docs/android.md says).
-
-Not yet members of ``models.Action``: joining it needs their messages in proto/sandbox/v1/sandbox.proto and a route
-in ``service.acting`` to the agent's ``action`` op (the computer actions' path, which the android driver already
-serves for these types too).
+"""The android sandbox's own actions (docs/android.md), members of ``models.Action`` next to the computer actions,
+which an android sandbox also takes (mapped as the table in docs/android.md says). A step of these goes to the
+agent's ``action`` op, as the computer actions do (``service.acting``); another kind of sandbox refuses them.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from sandbox.models import Coord, _Action
+from sandbox.model_base import Coord, _Action
 
 
 class Tap(_Action):
@@ -58,3 +55,11 @@ AndroidAction = Annotated[Tap | LongPress | Swipe | OpenApp, Field(discriminator
 
 ANDROID_KEYS = ("back", "home", "enter", "app_switch")
 """The ``key`` action's android keys (besides the X names that mean something on a phone, docs/android.md)."""
+
+ANDROID_REFUSED: dict[str, str] = {
+    "key_down": "a phone has no held keys",
+    "key_up": "a phone has no held keys",
+    "mouse_down": "a touch screen has no held button: use long_press or swipe",
+    "mouse_up": "a touch screen has no held button: use long_press or swipe",
+}
+"""Computer actions an android sandbox cannot do, and why (docs/android.md's table); a step of one is refused."""

@@ -7,6 +7,13 @@ from pydantic import Field
 from sandbox.models import Model
 
 
+class UrlRequest(Model):
+    """What a preview URL is minted for (REST's body, gRPC's ``PreviewUrlRequest``, the SDK's arguments)."""
+
+    port: int = Field(ge=1024, le=65535, description="A port in the sandbox (not the platform's own).")
+    ttl_s: float | None = Field(None, gt=0, le=86400, description="The ticket's lifetime (default 300 s).")
+
+
 class PortUrl(Model):
     """A URL on the control plane that proxies HTTP and websockets to ``port`` inside the sandbox."""
 

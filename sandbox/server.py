@@ -43,6 +43,13 @@ class ServerSettings(BaseModel):
     host: str | None = Field(None, description="Address to bind; loopback unless tokens are configured.")
     grpc_port: int = Field(50051, ge=0, le=65535)
     http_port: int = Field(8080, ge=0, le=65535)
+    public_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        description="The HTTP (REST) address callers reach the control plane at, e.g. https://sandbox.example.com "
+        "behind a reverse proxy: preview URLs start with it. Unset: gRPC's use http://<host>:<http_port> (a wildcard "
+        "host as the machine's name), REST's the address each caller used.",
+    )
     tokens_file: str | None = Field(None, description="JSON {token: tenant | {tenant, admin}}.")
     backend: BackendConfig = Field(default_factory=DockerConfig)
     store: StoreConfig = Field(default_factory=EmbeddedStoreConfig)
@@ -108,6 +115,7 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
 
     from sandbox.api.grpc_server import start_grpc_server
     from sandbox.api.rest import create_app
+    from sandbox.service.preview import PreviewLinks, http_base_url
     from sandbox.service.tickets import TicketIssuer, shared_ticket_secret
 
     tokens = TokenRegistry.load(settings.tokens_file)
@@ -129,9 +137,13 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
     lifecycle_task = asyncio.create_task(lifecycle.run())
     operator = _make_operator(settings, service, lifecycle, backend, logger)
     operator_task = asyncio.create_task(operator.run()) if operator is not None else None
-    grpc_server = await start_grpc_server(service, tokens, host=host, port=settings.grpc_port, logger=logger)
     tickets = TicketIssuer(await shared_ticket_secret(store))
-    app = create_app(service, tokens, logger=logger, tickets=tickets)
+    # gRPC mints preview URLs with the REST proxy's ticket issuer, on the HTTP address callers reach.
+    preview = PreviewLinks(tickets, settings.public_url or http_base_url(host, settings.http_port))
+    grpc_server = await start_grpc_server(
+        service, tokens, host=host, port=settings.grpc_port, logger=logger, preview=preview
+    )
+    app = create_app(service, tokens, logger=logger, tickets=tickets, public_url=settings.public_url)
     # log_config=None: uvicorn's records go through our handler (JSON or text), not a format of its own.
     config = uvicorn.Config(
         app, host=host, port=settings.http_port, log_level="warning", log_config=None, lifespan="off"
@@ -155,7 +167,10 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
         await store.close()
         http_task.result()
         raise InvalidArgument(f"the HTTP server could not start on {host}:{settings.http_port}")
+    if not settings.public_url and not settings.http_port:  # port 0: the one the HTTP server got
+        preview.base_url = http_base_url(host, http_server.servers[0].sockets[0].getsockname()[1])
     logger.info("control plane up: gRPC on %s:%s, HTTP on %s:%s", host, settings.grpc_port, host, settings.http_port)
+    logger.info("preview URLs minted over gRPC start with %s (the public_url setting changes it)", preview.base_url)
     if ready is not None:
         ready.set()
     try:

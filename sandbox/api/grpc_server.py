@@ -25,6 +25,7 @@ from sandbox.api.grpc_decoding import DecodeWarnings, Undecodable, add_tolerant_
 from sandbox.api.grpc_probes import add_probes, follow_readiness
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
+from sandbox.service.preview import PreviewLinks, port_url
 from sandbox.wire import convert
 from sandbox.wire import episodes as wire_episodes
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
@@ -57,10 +58,18 @@ def _unary(handler: Handler[Req, Resp]) -> Rpc[Req, Resp]:
 class SandboxServicer:
     """Implements ``sandbox.v1.SandboxService``; one instance serves every call."""
 
-    def __init__(self, *, service: SandboxService, tokens: TokenRegistry, logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        *,
+        service: SandboxService,
+        tokens: TokenRegistry,
+        logger: logging.Logger,
+        preview: PreviewLinks | None = None,
+    ) -> None:
         self._service = service
         self._tokens = tokens
         self._log = logger
+        self._preview = preview or PreviewLinks()
         self.readiness: asyncio.Task[None] | None = None
         """Reports the service's readiness to the health service while the server runs."""
         self._decode_warnings = DecodeWarnings(logger)
@@ -283,15 +292,40 @@ class SandboxServicer:
         await self._service.delete_trajectory(principal, request.trajectory_id)
         return pb.DeleteTrajectoryResponse()
 
+    # ------------------------------------------------------------------ previews
+
+    @_unary
+    async def PreviewUrl(self, principal: Principal, request: pb.PreviewUrlRequest) -> pb.PortUrl:
+        """REST's ``POST /v1/sandboxes/{id}/urls``: the same checks, the same ticket, the public HTTP address."""
+        wanted = convert.url_request_from_proto(request)
+        preview = self._preview
+        minted = await port_url(
+            self._service,
+            preview.tickets,
+            principal,
+            request.sandbox_id,
+            wanted.port,
+            ttl_s=wanted.ttl_s,
+            base_url=preview.base_url,
+        )
+        return convert.port_url_to_proto(minted)
+
 
 def _log_fields(method: str, code: grpc.StatusCode) -> dict[str, str]:
     return {"method": method, "code": code.name, "transport": TRANSPORT}
 
 
 async def bind_grpc_server(
-    service: SandboxService, tokens: TokenRegistry, *, host: str, port: int, logger: logging.Logger
+    service: SandboxService,
+    tokens: TokenRegistry,
+    *,
+    host: str,
+    port: int,
+    logger: logging.Logger,
+    preview: PreviewLinks | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """Start serving on ``host:port`` (``port=0``: any free port); the server and the port it got."""
+    """Start serving on ``host:port`` (``port=0``: any free port); the server and the port it got. ``preview``: the
+    ticket issuer and HTTP address of preview URLs (share its issuer with the REST app's, so the tickets open)."""
     server = grpc.aio.server(
         options=[
             *MESSAGE_SIZE_OPTIONS,
@@ -299,7 +333,7 @@ async def bind_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    servicer = SandboxServicer(service=service, tokens=tokens, logger=logger)
+    servicer = SandboxServicer(service=service, tokens=tokens, logger=logger, preview=preview)
     add_tolerant_servicer(servicer, server, pb_grpc.add_SandboxServiceServicer_to_server)
     health = add_probes(server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -321,8 +355,14 @@ async def bind_grpc_server(
 
 
 async def start_grpc_server(
-    service: SandboxService, tokens: TokenRegistry, *, host: str, port: int, logger: logging.Logger
+    service: SandboxService,
+    tokens: TokenRegistry,
+    *,
+    host: str,
+    port: int,
+    logger: logging.Logger,
+    preview: PreviewLinks | None = None,
 ) -> grpc.aio.Server:
     """Bind ``host:port`` and start serving the API; raises :class:`InvalidArgument` if the port is taken."""
-    server, _ = await bind_grpc_server(service, tokens, host=host, port=port, logger=logger)
+    server, _ = await bind_grpc_server(service, tokens, host=host, port=port, logger=logger, preview=preview)
     return server

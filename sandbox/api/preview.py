@@ -27,7 +27,6 @@ from urllib.parse import parse_qsl, urlencode
 import h11
 from fastapi import Depends, FastAPI, Request, Response, WebSocket
 from fastapi.responses import RedirectResponse, StreamingResponse
-from pydantic import Field
 from starlette.routing import Route, WebSocketRoute
 
 from sandbox.agent_client import PortClosed
@@ -36,8 +35,7 @@ from sandbox.api.preview_rewrite import PREVIEW_COOKIE, request_headers, respons
 from sandbox.api.preview_ws import relay_websocket
 from sandbox.api.rest.errors import error_response
 from sandbox.errors import SandboxError, Unauthenticated
-from sandbox.models import Model
-from sandbox.preview_models import ListeningPort, PortUrl
+from sandbox.preview_models import ListeningPort, PortUrl, UrlRequest
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.service.preview import port_url
 from sandbox.service.tickets import TicketIssuer
@@ -225,15 +223,17 @@ async def _body(
             await writer.wait_closed()
 
 
-class UrlRequest(Model):
-    port: int = Field(ge=1024, le=65535, description="A port in the sandbox (not the platform's own).")
-    ttl_s: float | None = Field(None, gt=0, le=86400, description="The ticket's lifetime (default 300 s).")
-
-
 def mount_preview(
-    app: FastAPI, *, service: SandboxService, tokens: TokenRegistry, tickets: TicketIssuer, logger: logging.Logger
+    app: FastAPI,
+    *,
+    service: SandboxService,
+    tokens: TokenRegistry,
+    tickets: TicketIssuer,
+    logger: logging.Logger,
+    public_url: str | None = None,
 ) -> PreviewProxy:
-    """Add the preview proxy's routes (HTTP, all methods, and websockets) to ``app``."""
+    """Add the preview proxy's routes (HTTP, all methods, and websockets) to ``app``. Preview URLs start with
+    ``public_url`` when it is set, else with the address the caller used."""
     proxy = PreviewProxy(service, tokens, tickets, logger)
 
     def bearer(request: Request) -> Principal:
@@ -255,7 +255,7 @@ def mount_preview(
         """A preview URL: HTTP and websockets to ``port`` inside the sandbox, through its agent, at
         ``/v1/sandboxes/{id}/ports/{port}/`` (the app gets ``X-Forwarded-Prefix``). The URL carries a short-lived
         ticket for that port only; the bearer token works on the path too."""
-        base = str(request.base_url)
+        base = public_url or str(request.base_url)
         return await port_url(service, tickets, who, sandbox_id, body.port, ttl_s=body.ttl_s, base_url=base)
 
     @app.get(

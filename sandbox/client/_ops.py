@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from sandbox import models
 from sandbox.errors import InternalError, NotFound, SandboxError
+from sandbox.preview_models import UrlRequest
 from sandbox.wire import convert
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.limits import MESSAGE_SIZE_OPTIONS, call_deadline
@@ -354,3 +355,13 @@ def health(sandbox_id: str) -> Op[models.Health]:
 def logs(sandbox_id: str, *, tail: int) -> Op[str]:
     reply = yield Call("Logs", pb.LogsRequest(sandbox_id=sandbox_id, tail=tail))
     return str(reply.text)
+
+
+# --------------------------------------------------------------------------- previews
+
+
+def preview_url(sandbox_id: str, port: int, *, ttl_s: float | None) -> Op[str]:
+    """The preview URL of ``port`` (its ticket in the query), on the control plane's public HTTP address."""
+    wanted = convert.validate(UrlRequest, {"port": port, "ttl_s": ttl_s}, what="preview URL request")
+    reply = yield Call("PreviewUrl", convert.url_request_to_proto(sandbox_id, wanted))
+    return convert.port_url_from_proto(reply).url

@@ -165,6 +165,12 @@ class Sandbox:
         self.info = self._client._run(_ops.get(self.id))
         return self.info
 
+    def url(self, port: int, *, ttl: float | None = None) -> str:
+        """A URL that opens ``port`` inside the sandbox (HTTP and websockets, proxied by the control plane's HTTP
+        server; docs/preview.md). It carries a ticket for that port only, valid ``ttl`` seconds (default 300, at
+        most 86400) and traded for a cookie on first use. Ports 1024-65535, not the platform's own."""
+        return self._client._run(_ops.preview_url(self.id, port, ttl_s=ttl))
+
     def health(self) -> Health:
         return self._client._run(_ops.health(self.id))
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from sandbox.agent_client import AgentClient, PortClosed
 from sandbox.backends.base import probe_health
-from sandbox.errors import InvalidArgument, Unavailable
+from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sandbox.models import (
     COMPUTER_ACTIONS,
     PAGE_ACTIONS,
@@ -30,6 +30,7 @@ from sandbox.models import (
     SandboxState,
     Screenshot,
 )
+from sandbox.models_android import ANDROID_ACTIONS, ANDROID_REFUSED
 from sandbox.service.auth import Principal
 from sandbox.service.core import ms_since, require_display, require_kind, timed
 from sandbox.service.failures import reason
@@ -57,6 +58,8 @@ class ActingOps(LeaseOps):
     ) -> Observation:
         """Do ``actions`` in order, then take a screenshot if asked; ``shown`` is the action the caller sent (what
         the recent actions list)."""
+        for action in actions:  # all checked before any is done
+            check_kind(record, action)
         agent = self._agent(record)
         started = time.perf_counter()
         obs: dict[str, Any] = {}
@@ -79,12 +82,14 @@ class ActingOps(LeaseOps):
 
     async def _perform(self, record: SandboxRecord, agent: AgentClient, action: Action) -> dict[str, Any]:
         """One primitive action; the observation's fields it yields."""
-        if isinstance(action, COMPUTER_ACTIONS):
+        if isinstance(action, (*COMPUTER_ACTIONS, *ANDROID_ACTIONS)):  # android's: to the agent's android driver
             require_display(record)
             result = await agent.act(action.model_dump(exclude_none=True))
             return {"cursor": tuple(result["cursor"])} if "cursor" in result else {}
         if isinstance(action, Exec):
-            return {"exec": await _exec(agent, action)}
+            ran = await _exec(agent, action)
+            self.output.add(record.id, action.cmd, ran)
+            return {"exec": ran}
         if isinstance(action, Navigate):
             require_kind(record, SandboxKind.BROWSER, "navigate")
             page = await agent.navigate(action.url, timeout=action.timeout, page=action.page)
@@ -135,6 +140,7 @@ class ActingOps(LeaseOps):
             result = await _exec(self._agent(record), request)
         except Unavailable as e:
             raise await self._dead(record, e) from e
+        self.output.add(record.id, request.cmd, result)
         await self._touch(record)
         return result
 
@@ -207,14 +213,26 @@ class ActingOps(LeaseOps):
         return conn
 
     @timed("ports")
-    async def ports(self, principal: Principal, sandbox_id: str) -> list[dict[str, Any]]:
-        """The sandbox's listening TCP ports (``port``, ``addresses``, ``previewable``), lowest first."""
-        found: list[dict[str, Any]] = await self._call(principal, sandbox_id, "ports")
-        return found
+    async def ports(self, principal: Principal, sandbox_id: str, *, touch: bool = True) -> list[dict[str, Any]]:
+        """The sandbox's listening TCP ports (``port``, ``addresses``, ``previewable``), lowest first. ``touch=False``:
+        a look that is no activity for the idle timeout (the web view's poll must not keep a sandbox alive)."""
+        if touch:
+            found: list[dict[str, Any]] = await self._call(principal, sandbox_id, "ports")
+            return found
+        record = await self._find(principal, sandbox_id)
+        try:
+            return await self._agent(record).ports()
+        except Unavailable as e:
+            raise await self._dead(record, e) from e
 
     async def recent_actions(self, principal: Principal, sandbox_id: str) -> list[dict[str, Any]]:
         await self._find(principal, sandbox_id)
         return list(self._recent.get(sandbox_id, ()))
+
+    async def output_tail(self, principal: Principal, sandbox_id: str, *, lines: int = 200) -> list[str]:
+        """The last ``lines`` lines its commands printed through this control plane (``service.output_tail``)."""
+        await self._find(principal, sandbox_id)
+        return self.output.tail(sandbox_id, lines)
 
     # ------------------------------------------------------------------ helpers
 
@@ -241,6 +259,21 @@ class ActingOps(LeaseOps):
             return True
 
         await self._update(record.id, active, durable=False)
+
+
+def check_kind(record: SandboxRecord, action: Action) -> None:
+    """Refuse (FailedPrecondition, as ``require_kind`` does) an android action in another kind of sandbox, and a
+    computer action an android sandbox cannot do (docs/android.md's table)."""
+    kind = record.spec.kind
+    if isinstance(action, ANDROID_ACTIONS) and kind is not SandboxKind.ANDROID:
+        raise FailedPrecondition(
+            f"unsupported action {action.type!r}: it is an android action, and sandbox {record.id} is a {kind.value} "
+            "sandbox (use click, drag or the like there)"
+        )
+    if kind is SandboxKind.ANDROID and action.type in ANDROID_REFUSED:
+        raise FailedPrecondition(
+            f"unsupported action {action.type!r} in android sandbox {record.id}: {ANDROID_REFUSED[action.type]}"
+        )
 
 
 def check_user_port(port: int) -> None:

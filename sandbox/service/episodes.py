@@ -397,7 +397,10 @@ KEPT_BY_A_SNAPSHOT = frozenset({"execute", "command", "download", "sleep"})
 
 
 def split_setup(task: Task) -> tuple[list[SetupStep], list[SetupStep]]:
-    """The task's setup steps a snapshot of their result stands for, and those that run on every reset."""
+    """The task's setup steps a snapshot of their result stands for, and those that run on every reset. On android
+    every step does (``adb`` acts on the running emulator, whose state a snapshot of the container does not keep)."""
+    if task.sandbox.kind is SandboxKind.ANDROID:
+        return [], list(task.config)
     for index, step in enumerate(task.config):
         if step.type not in KEPT_BY_A_SNAPSHOT:
             return list(task.config[:index]), list(task.config[index:])

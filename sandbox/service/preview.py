@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+
 from sandbox.preview_models import PortUrl
 from sandbox.service.acting import check_user_port
 from sandbox.service.auth import Principal
 from sandbox.service.service import SandboxService
 from sandbox.service.tickets import TicketIssuer
+
+WILDCARDS = ("", "0.0.0.0", "::")
 
 
 def port_path(sandbox_id: str, port: int) -> str:
@@ -32,3 +38,26 @@ async def port_url(
     path = port_path(sandbox_id, port)
     url = f"{base_url.rstrip('/')}{path}?ticket={ticket}"
     return PortUrl(port=port, url=url, path=path, ticket=ticket, expires_at=grant.expires_at)
+
+
+def http_base_url(host: str, port: int) -> str:
+    """The control plane's HTTP address from its listen address: ``http://host:port``, a wildcard bind (every
+    interface) named by the machine's host name, an IPv6 literal in brackets."""
+    if host in WILDCARDS:
+        host = socket.gethostname()
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            host = f"[{host}]"
+    except ValueError:
+        pass
+    return f"http://{host}:{port}"
+
+
+@dataclass
+class PreviewLinks:
+    """What a skin with no HTTP request at hand (gRPC) mints preview URLs with: the ticket issuer the process's HTTP
+    proxy checks tickets with (one per process, shared by every skin), and the HTTP address callers reach the
+    control plane at (the ``public_url`` setting, else the HTTP listen address; ``""``: URLs are paths)."""
+
+    tickets: TicketIssuer = field(default_factory=TicketIssuer)
+    base_url: str = ""

@@ -7,6 +7,7 @@ import re
 import time
 
 from sandbox.errors import InvalidArgument, NotFound
+from sandbox.model_rules import SNAPSHOT_NAME as SNAPSHOT_NAME_RULE
 from sandbox.models import SandboxKind, SnapshotInfo
 from sandbox.service.acting import ActingOps
 from sandbox.service.auth import Principal
@@ -14,7 +15,7 @@ from sandbox.service.autostart import capture_autostart
 from sandbox.service.core import timed
 from sandbox.service.records import SNAPSHOTS, SandboxRecord, SnapshotRecord, snapshot_key
 
-SNAPSHOT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+SNAPSHOT_NAME = re.compile(SNAPSHOT_NAME_RULE)
 MAX_WARM = 32
 
 

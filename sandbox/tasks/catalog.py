@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from sandbox.models import SandboxKind
-from sandbox.tasks.getters import GETTER_NEEDS_BROWSER, GETTER_NEEDS_CHROMIUM, GETTER_NEEDS_DISPLAY, GETTERS
+from sandbox.tasks.getters import (
+    GETTER_NEEDS_ANDROID,
+    GETTER_NEEDS_BROWSER,
+    GETTER_NEEDS_CHROMIUM,
+    GETTER_NEEDS_DISPLAY,
+    GETTER_NOT_ON_ANDROID,
+    GETTERS,
+)
 from sandbox.tasks.metrics import METRICS
 from sandbox.tasks.model import TASK_KINDS, Getter, SetupStep, Task
-from sandbox.tasks.setup import NEEDS_BROWSER, NEEDS_DISPLAY, PARAMETERS, STEPS
+from sandbox.tasks.setup import NEEDS_ANDROID, NEEDS_BROWSER, NEEDS_DISPLAY, NOT_ON_ANDROID, PARAMETERS, STEPS
 
 SETUP_TYPES = frozenset(STEPS)
 GETTER_TYPES = frozenset(GETTERS)
@@ -64,6 +71,10 @@ def _steps(steps: list[SetupStep], where: str, kind: SandboxKind) -> list[str]:
             found.append(f"{label}: needs a display, which a {kind.value} sandbox has not")
         if step.type in NEEDS_BROWSER and kind not in BROWSER_KINDS:
             found.append(f"{label}: needs a browser, which a {kind.value} sandbox has not")
+        if step.type in NEEDS_ANDROID and kind is not SandboxKind.ANDROID:
+            found.append(f"{label}: needs an android sandbox (adb, an emulator), not a {kind.value} one")
+        if step.type in NOT_ON_ANDROID and kind is SandboxKind.ANDROID:
+            found.append(f"{label}: needs an X desktop, which an android sandbox has not (use open_app or adb_shell)")
     return found
 
 
@@ -82,6 +93,10 @@ def _getters(task: Task) -> list[tuple[str, Getter]]:
 def _getter(getter: Getter, where: str, kind: SandboxKind) -> list[str]:
     if getter.type not in GETTER_TYPES:
         return [f"{where}: unsupported getter type {getter.type!r}"]
+    if getter.type in GETTER_NEEDS_ANDROID and kind is not SandboxKind.ANDROID:
+        return [f"{where}: getter {getter.type!r} needs an android sandbox, not a {kind.value} one"]
+    if getter.type in GETTER_NOT_ON_ANDROID and kind is SandboxKind.ANDROID:
+        return [f"{where}: getter {getter.type!r} reads the X desktop, which an android sandbox has not"]
     if getter.type in GETTER_NEEDS_BROWSER and kind not in BROWSER_KINDS:
         return [f"{where}: getter {getter.type!r} needs a browser, which a {kind.value} sandbox has not"]
     if getter.type in GETTER_NEEDS_DISPLAY and not kind.has_display:

@@ -8,7 +8,7 @@ General ones (OSWorld's names): ``rule`` (the config's ``rules`` as they are), `
 ``vm_screen_size`` (``{"width", "height"}``). This platform's own: ``clipboard`` (the text of the X selection
 ``selection``, ``CLIPBOARD`` by default, or None when nothing owns it; read with python3-xlib, so the images need
 neither xsel nor xclip), ``browser_evaluate`` (the JSON value of ``expression`` evaluated in the active page).
-The Chrome ones are in :mod:`sandbox.tasks.getters_chrome`.
+The Chrome ones are in :mod:`sandbox.tasks.getters_chrome`, the android ones in :mod:`sandbox.tasks.android`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sandbox.tasks import osworld, scripts
+from sandbox.tasks import android, osworld, scripts
 from sandbox.tasks.getters_chrome import CHROME_GETTERS, NEEDS_BROWSER, NEEDS_CHROMIUM
 from sandbox.tasks.model import TaskError
 from sandbox.tasks.transfer import get_file
@@ -130,10 +130,13 @@ GETTERS: dict[str, GetterFn] = {
     "clipboard": clipboard,
     "browser_evaluate": browser_evaluate,
     **CHROME_GETTERS,
+    **android.GETTERS,
 }
 GETTER_NEEDS_BROWSER = NEEDS_BROWSER | {"browser_evaluate"}
 GETTER_NEEDS_CHROMIUM = NEEDS_CHROMIUM
 GETTER_NEEDS_DISPLAY = frozenset({"clipboard"})
+GETTER_NEEDS_ANDROID = frozenset(android.GETTERS)
+GETTER_NOT_ON_ANDROID = android.GETTERS_NOT_ON_ANDROID
 
 
 async def get(ctx: EvalContext, getter_type: str, config: dict[str, Any]) -> Any:

@@ -2,10 +2,10 @@
 platform adds (``sandbox``, ``limits``). Unknown keys (OSWorld's ``source``, ``trajectory``, ``related_apps``,
 ``proxy``, ...) are kept and written back by :meth:`Task.to_dict`.
 
-Which sandbox a task runs in: its ``sandbox`` (``{"kind": "terminal"|"desktop"|"browser", "image": ..., "screen":
-{...}}``) when it has one. Without it the task gets a **desktop**, whatever its ``snapshot`` or ``related_apps``
-say: every OSWorld task, its Chrome ones included, runs in a full desktop where Chrome is one app among others. A
-task meant for the terminal or the browser sandbox says so in ``sandbox``.
+Which sandbox a task runs in: its ``sandbox`` (``{"kind": "terminal"|"desktop"|"browser"|"android", "image": ...,
+"screen": {...}}``) when it has one. Without it the task gets a **desktop**, whatever its ``snapshot`` or
+``related_apps`` say: every OSWorld task, its Chrome ones included, runs in a full desktop where Chrome is one app
+among others. A task meant for the terminal, the browser or the android sandbox says so in ``sandbox``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sandbox.models import SandboxKind, ScreenSize
 if TYPE_CHECKING:
     from sandbox.tasks.runtime import Fixtures
 
-TASK_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER)
+TASK_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER, SandboxKind.ANDROID)
 DEFAULT_KIND = SandboxKind.DESKTOP
 OSWORLD_MAX_STEPS = 15
 """OSWorld's runner stops an episode after 15 steps by default."""

@@ -22,6 +22,9 @@ type                    what it does here
                         one ends up active, loaded, with the keyboard focus in the page. A blank tab that was open
                         before (Chromium's start page) is closed: the tabs are then exactly the URLs.
 ``chrome_close_tabs``   ``urls_to_close``: for each, the first open tab with that URL (OSWorld's URL equality)
+``adb_shell``,          android sandboxes' own (:mod:`sandbox.tasks.android`), which take neither ``open``,
+``adb_install``,        ``launch`` nor the window steps (no X there)
+``open_app``
 ======================  ===========================================================================================
 
 A step that fails raises :class:`TaskError` naming it (``config[2] (download)``); errors of the sandbox itself
@@ -39,7 +42,7 @@ from typing import Any
 
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxKind
-from sandbox.tasks import osworld, scripts
+from sandbox.tasks import android, osworld, scripts
 from sandbox.tasks.matching import compare_urls
 from sandbox.tasks.model import SetupStep, Task, TaskError
 from sandbox.tasks.runtime import Fixtures, TaskRuntime
@@ -68,6 +71,8 @@ PARAMETERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 """For each setup type: (required parameters, optional parameters)."""
 NEEDS_DISPLAY = frozenset({"open", "activate_window", "close_window"})
 NEEDS_BROWSER = frozenset({"chrome_open_tabs", "chrome_close_tabs"})
+NEEDS_ANDROID = frozenset(android.STEPS)
+NOT_ON_ANDROID = android.NOT_ON_ANDROID
 
 
 def _step(*names: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> Callable[[Handler], Handler]:
@@ -78,6 +83,10 @@ def _step(*names: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
         return fn
 
     return register
+
+
+for _name, (_fn, _required, _optional) in android.STEPS.items():  # sandbox.tasks.android's, android sandboxes only
+    _step(_name, required=_required, optional=_optional)(_fn)
 
 
 async def run_setup(task: Task, runtime: TaskRuntime, fixtures: Fixtures, *, password: str = "password") -> None:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from sandbox import models
 from sandbox.errors import InvalidArgument
+from sandbox.preview_models import PortUrl, UrlRequest
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 
 M = TypeVar("M", bound=BaseModel)
@@ -340,3 +341,25 @@ def health_to_proto(health: models.Health) -> pb.Health:
 
 def health_from_proto(message: pb.Health) -> models.Health:
     return models.Health.model_validate(to_dict(message))
+
+
+# --------------------------------------------------------------------------- previews
+
+
+def url_request_to_proto(sandbox_id: str, request: UrlRequest) -> pb.PreviewUrlRequest:
+    return _from_model(pb.PreviewUrlRequest(sandbox_id=sandbox_id), request)
+
+
+def url_request_from_proto(message: pb.PreviewUrlRequest) -> UrlRequest:
+    """The port and ticket lifetime asked for, or :class:`InvalidArgument` naming the bad one (an unset port is 0)."""
+    data = to_dict(message)
+    data.pop("sandbox_id", None)
+    return validate(UrlRequest, data, what="preview URL request")
+
+
+def port_url_to_proto(minted: PortUrl) -> pb.PortUrl:
+    return _from_model(pb.PortUrl(), minted)
+
+
+def port_url_from_proto(message: pb.PortUrl) -> PortUrl:
+    return PortUrl.model_validate(to_dict(message))

@@ -13,10 +13,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sandbox.tasks import Fixtures
+
 IMAGE = os.environ.get("SANDBOX_ANDROID_IMAGE", "")
+TASK = Path(__file__).resolve().parents[2] / "tasks" / "android" / "android-wifi-off.json"
 BOOT_TIMEOUT_S = float(os.environ.get("SANDBOX_ANDROID_BOOT_TIMEOUT", "600"))
 
 pytestmark = [
@@ -61,3 +65,24 @@ async def test_boot_screenshot_actions_tree_and_reset(agent: object) -> None:
     assert b"<hierarchy" in tree
     reset, _ = await client.request("android", {"op": "reset"}, deadline=BOOT_TIMEOUT_S)  # type: ignore[attr-defined]
     assert reset["snapshot"] == "default_boot"
+
+
+async def test_android_actions_and_the_sample_task(agent: object) -> None:
+    """The step API's android actions as the service sends them (model dumps), and the sample task's setup and
+    evaluator through the agent, as the service runs them."""
+    from sandbox.models import SandboxKind, SandboxSpec
+    from sandbox.models_android import LongPress, OpenApp, Swipe, Tap
+    from sandbox.service.task_runtime import AgentRuntime
+    from sandbox.tasks import Task, evaluate, run_setup
+
+    client: Any = agent
+    await client.request("android", {"op": "ready", "timeout": BOOT_TIMEOUT_S}, deadline=BOOT_TIMEOUT_S)
+    for action in (OpenApp(package="com.android.settings"), Tap(x=540, y=960), LongPress(x=540, y=960),
+                   Swipe(x=540, y=1500, to_x=540, to_y=500)):  # fmt: skip
+        await client.act(action.model_dump(exclude_none=True))
+    task = Task.from_file(TASK)
+    runtime = AgentRuntime(client, SandboxSpec(kind=SandboxKind.ANDROID))
+    await run_setup(task, runtime, task.fixtures or Fixtures())
+    assert (await evaluate(task, runtime, task.fixtures or Fixtures())).reward == 0.0  # Wi-Fi is on
+    await runtime.exec("adb shell svc wifi disable", timeout=60)
+    assert (await evaluate(task, runtime, task.fixtures or Fixtures())).reward == 1.0

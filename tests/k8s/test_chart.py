@@ -151,6 +151,13 @@ def test_ingress_and_monitoring_example() -> None:
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     tokens = json.loads(base64.b64decode(one(docs, "Secret", "sandbox-tokens")["data"]["tokens.json"]))
     assert tokens["ops-4e1b7c9d2a6f8305ba"] == {"tenant": "ops", "admin": True}
+    (server,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "sandbox"]
+    args = server["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--public-url=https://sandbox.example.com" in args, "preview URLs name the Ingress's host"
+    default = [d for d in by_kind(harness.render("chart"), "Deployment") if d["metadata"]["name"] == "sandbox"]
+    assert not any(
+        a.startswith("--public-url") for a in default[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
 
 
 def pod_specs(docs: tuple[dict[str, Any], ...]) -> list[tuple[str, dict[str, Any]]]:

@@ -53,6 +53,10 @@ async def test_a_message_over_the_limit_is_resource_exhausted_and_the_server_liv
         ("ReadFile", lambda sid: pb.ReadFileRequest(sandbox_id=sid, path="../etc/passwd"), "traversal"),
         ("ReadFile", lambda sid: pb.ReadFileRequest(sandbox_id=sid, path="x", offset=-1), "negative"),
         ("GetSandbox", lambda sid: pb.GetSandboxRequest(sandbox_id="x" * 100_000), ""),
+        ("PreviewUrl", lambda sid: pb.PreviewUrlRequest(sandbox_id=sid), "port"),
+        ("PreviewUrl", lambda sid: pb.PreviewUrlRequest(sandbox_id=sid, port=-(2**31)), "port"),
+        ("PreviewUrl", lambda sid: pb.PreviewUrlRequest(sandbox_id=sid, port=8000, ttl_s=math.inf), "ttl_s"),
+        ("PreviewUrl", lambda sid: pb.PreviewUrlRequest(sandbox_id="x" * 100_000, port=8000), ""),
     ],
     ids=[
         "nan-timeout",
@@ -64,6 +68,10 @@ async def test_a_message_over_the_limit_is_resource_exhausted_and_the_server_liv
         "dotdot-path",
         "negative-offset",
         "huge-id",
+        "preview-no-port",
+        "preview-negative-port",
+        "preview-infinite-ttl",
+        "preview-huge-id",
     ],
 )
 async def test_decodable_but_invalid_requests_get_a_clear_status(

@@ -16,7 +16,7 @@ import pytest
 from google.protobuf.descriptor import Descriptor
 from pydantic import BaseModel
 
-from sandbox import models
+from sandbox import models, models_android
 from sandbox.errors import InvalidArgument
 from sandbox.wire import convert
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
@@ -124,6 +124,13 @@ EXAMPLES: list[models.Action] = [
     models.Pyautogui(code="import pyautogui; pyautogui.click(10, 20)"),
     models.Done(),
     models.Fail(),
+    models_android.Tap(x=0, y=16_384),
+    models_android.LongPress(x=5, y=6),
+    models_android.LongPress(x=5, y=6, duration_ms=10_000),
+    models_android.Swipe(x=1, y=2, to_x=3, to_y=4),
+    models_android.Swipe(x=1, y=2, to_x=3, to_y=4, duration_ms=1),
+    models_android.OpenApp(package="com.android.settings"),
+    models_android.OpenApp(package="com.example.app", activity=".MainActivity$Inner"),
 ]
 
 

@@ -110,6 +110,8 @@ def _request_for(method: Any, sandbox_id: str) -> bytes:
         request.data = b"stolen"
     if method.input_type.name == "CreateSnapshotRequest":
         request.name = "stolen"
+    if method.input_type.name == "PreviewUrlRequest":
+        request.port = 8000
     return bytes(request.SerializeToString())
 
 

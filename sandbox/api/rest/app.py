@@ -18,9 +18,15 @@ from sandbox.service.tickets import TicketIssuer
 
 
 def create_app(
-    service: SandboxService, tokens: TokenRegistry, *, logger: logging.Logger, tickets: TicketIssuer | None = None
+    service: SandboxService,
+    tokens: TokenRegistry,
+    *,
+    logger: logging.Logger,
+    tickets: TicketIssuer | None = None,
+    public_url: str | None = None,
 ) -> FastAPI:
-    """The REST API over ``service``. OpenAPI at ``/openapi.json``, docs at ``/docs``."""
+    """The REST API over ``service``. OpenAPI at ``/openapi.json``, docs at ``/docs``. Preview URLs start with
+    ``public_url`` when it is set, else with the address each caller used."""
     app = FastAPI(
         title="Sandbox platform",
         version=__version__,
@@ -60,5 +66,5 @@ def create_app(
     app.include_router(trajectory_routes.router(routes.API_PREFIX))
     tickets = tickets or TicketIssuer()
     mount_webview(app, service=service, tokens=tokens, tickets=tickets, logger=logger)
-    mount_preview(app, service=service, tokens=tokens, tickets=tickets, logger=logger)
+    mount_preview(app, service=service, tokens=tokens, tickets=tickets, logger=logger, public_url=public_url)
     return app
