@@ -18,13 +18,14 @@ Access:
   token itself) and redirects to ``/view``. From there ``/view/{id}`` (and ``?control=1``) mints a
   ticket with that session and redirects to the ticket URL. With no tokens configured (loopback
   only) everyone is the admin and no login is asked.
+
+The list's feeds (a page of a fleet: search, filters, paging; thumbnails; a terminal's output tail) and a
+sandbox's port list are in ``webview_fleet``; docs/webview.md says what the pages do.
 """
 
 from __future__ import annotations
 
-import asyncio
 import html
-import io
 import logging
 import os
 import time
@@ -40,6 +41,7 @@ from pydantic import Field, StrictBool
 
 from sandbox.api import vnc_proxy
 from sandbox.api.contract import SandboxId, error_responses
+from sandbox.api.webview_fleet import mount_fleet
 from sandbox.errors import FailedPrecondition, SandboxError, Unauthenticated
 from sandbox.models import Model
 from sandbox.service import Principal, SandboxService, TokenRegistry
@@ -53,9 +55,6 @@ SESSION_COOKIE = "sandbox_view_session"
 TICKET_HEADER = "X-Sandbox-Ticket"
 STATIC_DIR = Path(__file__).with_name("webview_static")
 DEFAULT_NOVNC_DIR = "/usr/share/novnc"
-THUMBNAIL_SIZE = (320, 200)
-HEALTH_TTL_S = 5.0
-HEALTH_TIMEOUT_S = 3.0
 LOG_TAIL = 200
 TRAJECTORY_LIST = 50
 
@@ -83,7 +82,6 @@ def mount_webview(
     novnc = Path(novnc_dir or os.environ.get("SANDBOX_NOVNC_DIR") or DEFAULT_NOVNC_DIR)
     if not (novnc / "core" / "rfb.js").is_file():
         logger.warning("noVNC not found in %s (install Debian's novnc package): the VNC view will not load", novnc)
-    health = _HealthCache(service)
     pages = {p.name: p.read_text() for p in STATIC_DIR.glob("*.html")}
 
     def page(name: str, status: int, **values: str) -> Response:
@@ -170,34 +168,14 @@ def mount_webview(
         response.delete_cookie(SESSION_COOKIE, path=VIEW)
         return response
 
-    @app.get(f"{VIEW}/api/sandboxes", include_in_schema=False)
-    async def list_feed(request: Request) -> dict[str, Any]:
-        principal = session_holder(request)
-        sandboxes = await service.list_sandboxes(principal)
-        checks = await asyncio.gather(*(health.get(principal, s.id) for s in sandboxes))
-        return {
-            "tenant": principal.tenant,
-            "admin": principal.admin,
-            "login": tokens.enabled,
-            "now": time.time(),
-            "sandboxes": [
-                {**s.model_dump(mode="json", exclude={"spec"}), "screen": s.spec.screen.model_dump(),
-                 "has_display": s.kind.has_display, "health": check}
-                for s, check in zip(sandboxes, checks, strict=True)
-            ],
-        }  # fmt: skip
-
-    @app.get(
-        f"{VIEW}/api/sandboxes/{{sandbox_id}}/thumbnail",
-        response_class=Response,
-        responses={200: {"content": {"image/jpeg": {}}}},
-        include_in_schema=False,
+    mount_fleet(
+        app,
+        service=service,
+        tickets=tickets,
+        login=tokens.enabled,
+        session_holder=session_holder,
+        ticket_holder=ticket_holder,
     )
-    async def thumbnail(sandbox_id: str, request: Request) -> Response:
-        shot = await service.screenshot(session_holder(request), sandbox_id, format="jpeg", quality=70)
-        data = await asyncio.to_thread(_downscale, shot.data, THUMBNAIL_SIZE)
-        return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
-
     _mount_trajectories(app, service, session_holder, page)
 
     # ------------------------------------------------------------------ one sandbox
@@ -310,42 +288,3 @@ def _mount_trajectories(
         except SandboxError as e:
             return page("error.html", http_status(e), message=e.message, sandbox_id=trajectory_id)
         return page("trajectory.html", 200)
-
-
-class _HealthCache:
-    """Each sandbox's health for the list page, probed at most every ``HEALTH_TTL_S``."""
-
-    def __init__(self, service: SandboxService) -> None:
-        self._service = service
-        self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
-
-    async def get(self, principal: Principal, sandbox_id: str) -> dict[str, Any]:
-        now = time.monotonic()
-        cached = self._cache.get(sandbox_id)
-        if cached is not None and now - cached[0] < HEALTH_TTL_S:
-            return cached[1]
-        try:
-            health = await asyncio.wait_for(self._service.health(principal, sandbox_id), HEALTH_TIMEOUT_S)
-            result: dict[str, Any] = {"ok": health.ok, "failures": health.failures}
-        except TimeoutError:
-            result = {"ok": False, "failures": {"probe": f"no answer within {HEALTH_TIMEOUT_S:g} s"}}
-        except SandboxError as e:
-            result = {"ok": False, "failures": {"probe": e.message}}
-        self._cache = {k: v for k, v in self._cache.items() if now - v[0] < HEALTH_TTL_S}
-        self._cache[sandbox_id] = (now, result)
-        return result
-
-
-def _downscale(image: bytes, size: tuple[int, int]) -> bytes:
-    """A JPEG no larger than ``size``; blocking, so run it in a thread. Without Pillow, the image as it is."""
-    try:
-        from PIL import Image
-    except ImportError:
-        return image
-
-    with Image.open(io.BytesIO(image)) as picture:
-        small = picture.convert("RGB")
-        small.thumbnail(size)
-        out = io.BytesIO()
-        small.save(out, format="JPEG", quality=75)
-    return out.getvalue()

@@ -410,3 +410,55 @@ def test_the_list_page_shows_the_tenants_sandboxes_live(
     other.wait_for_selector("#count:has-text('0 sandboxes')")
     assert other.locator("[data-sandbox]").count() == 0
     other.context.close()
+
+
+def test_a_terminal_card_shows_its_output_and_the_page_its_ports(
+    server: Server, sandboxes: dict[str, str], page: Page, browser: Browser, tmp_path: Path
+) -> None:
+    """Real terminals: a card shows the tail of what its commands printed, not a blank; the sandbox page lists the
+    listening ports, and with a control ticket each links to a working preview."""
+    terminal = sandboxes["terminal"]
+    server.exec(terminal, "printf 'first line\\nsecond line\\n'; echo to-stderr >&2")
+    server.exec(terminal, "echo the last words; exit 3")
+    server.exec(
+        terminal,
+        "mkdir -p /workspace/site && echo 'served by http.server' > /workspace/site/index.html && cd /workspace/site "
+        "&& python3 -m http.server 8123 --bind 127.0.0.1 >/tmp/site.log 2>&1 &",
+        keep_background=True,
+    )
+
+    page.goto(f"{server.url}/view?token={TOKEN}")
+    page.fill("#search", terminal)
+    page.wait_for_function(
+        "id => Array.from(document.querySelectorAll('#grid [data-sandbox]')).map(c => c.dataset.sandbox).join() === id",
+        arg=terminal,
+        timeout=10_000,
+    )
+    tail = page.locator(f"[data-sandbox='{terminal}'] pre.tail")
+    _wait_for("the output tail on the card", lambda: "the last words" in tail.inner_text())
+    text = tail.inner_text()
+    for expected in ("$ printf", "second line", "to-stderr", "$ echo the last words; exit 3", "[exit 3]"):
+        assert expected in text, text
+    shoot(page, tmp_path, "list-terminal-tail")
+
+    # The sandbox page: a view ticket lists the ports without links; a control ticket links each to its preview.
+    viewer = browser.new_context().new_page()
+    viewer.goto(server.url + server.ticket(terminal)["url"])
+    viewer.wait_for_selector("#ports li[data-port='8123']", timeout=20_000)
+    assert viewer.locator("#ports li[data-port='8123'] a").count() == 0
+    assert "control" in viewer.locator("#ports-hint").inner_text()
+    viewer.wait_for_function("document.getElementById('output').textContent.includes('the last words')")
+    viewer.context.close()
+
+    page.goto(server.url + server.ticket(terminal, control=True)["url"])
+    link = page.locator("#ports li[data-port='8123'] a")
+    link.wait_for(timeout=20_000)
+    href = link.get_attribute("href")
+    assert href is not None and href.startswith(f"/v1/sandboxes/{terminal}/ports/8123/?ticket=")
+    shoot(page, tmp_path, "sandbox-ports")
+    with page.context.expect_page() as opened:
+        link.click()
+    preview = opened.value
+    preview.wait_for_load_state()
+    assert "served by http.server" in preview.content()
+    preview.close()

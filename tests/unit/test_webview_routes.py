@@ -108,3 +108,58 @@ async def test_static_files_and_novnc_are_served(api: httpx.AsyncClient) -> None
     assert rfb.status_code == 200 and "export default class RFB" in rfb.text
     assert (await api.get("/view/novnc/vendor/pako/lib/zlib/inflate.js")).status_code == 200
     assert (await api.get("/view/novnc/vnc.html")).status_code == 404
+
+
+async def test_the_list_feed_searches_filters_and_pages(api: httpx.AsyncClient, sandbox: str) -> None:
+    made = []
+    for n in range(5):
+        r = await api.post("/v1/sandboxes", json={"kind": "terminal", "labels": {"job": f"fleet-{n}"}}, headers=ALPHA)
+        made.append(r.json()["id"])
+    try:
+        session = {
+            "Cookie": (await api.get("/view", params={"token": ALPHA_TOKEN})).headers["set-cookie"].split(";")[0]
+        }
+        feed = (await api.get("/view/api/sandboxes", params={"limit": 2}, headers=session)).json()
+        assert feed["total"] >= 6 and feed["matched"] == feed["total"] and len(feed["sandboxes"]) == 2
+        assert [s["id"] for s in feed["sandboxes"]] == made[::-1][:2]  # newest first
+        rest = (await api.get("/view/api/sandboxes", params={"limit": 2, "offset": 2}, headers=session)).json()
+        assert [s["id"] for s in rest["sandboxes"]] == made[::-1][2:4]
+        one = (await api.get("/view/api/sandboxes", params={"q": "job=fleet-3"}, headers=session)).json()
+        assert [s["id"] for s in one["sandboxes"]] == [made[3]] and one["sandboxes"][0]["labels"] == {"job": "fleet-3"}
+        by_id = (await api.get("/view/api/sandboxes", params={"q": made[1][-6:]}, headers=session)).json()
+        assert [s["id"] for s in by_id["sandboxes"]] == [made[1]]
+        assert (await api.get("/view/api/sandboxes", params={"kind": "desktop"}, headers=session)).json()[
+            "matched"
+        ] == 0
+        assert (await api.get("/view/api/sandboxes", params={"state": "nope"}, headers=session)).status_code == 422
+        assert (await api.get("/view/api/sandboxes", params={"limit": 0}, headers=session)).status_code == 422
+        # the output tail: on the card, and its own feed
+        await api.post(f"/v1/sandboxes/{made[0]}/exec", json={"cmd": "echo one; echo two; exit 2"}, headers=ALPHA)
+        card = (await api.get("/view/api/sandboxes", params={"q": made[0]}, headers=session)).json()["sandboxes"][0]
+        assert card["output"] == ["$ echo one; echo two; exit 2", "one", "two", "[exit 2]"]
+        out = (await api.get(f"/view/api/sandboxes/{made[0]}/output", headers=session)).json()
+        assert out["lines"] == card["output"]
+        # tenancy: beta sees none of alpha's, not even by search, nor their output
+        beta = await api.get("/view", params={"token": BETA_TOKEN})
+        beta_session = {"Cookie": beta.headers["set-cookie"].split(";")[0]}
+        theirs = (await api.get("/view/api/sandboxes", params={"q": made[0]}, headers=beta_session)).json()
+        assert theirs["matched"] == 0 and theirs["sandboxes"] == [] and made[0] not in str(theirs["counts"])
+        assert (await api.get(f"/view/api/sandboxes/{made[0]}/output", headers=beta_session)).status_code == 404
+    finally:
+        for sandbox_id in made:
+            await api.delete(f"/v1/sandboxes/{sandbox_id}", headers=ALPHA)
+
+
+async def test_the_page_lists_ports_and_links_them_for_a_control_ticket(api: httpx.AsyncClient, sandbox: str) -> None:
+    view = (await api.post(f"/v1/sandboxes/{sandbox}/tickets", json={}, headers=ALPHA)).json()["ticket"]
+    control = (await api.post(f"/v1/sandboxes/{sandbox}/tickets", json={"control": True}, headers=ALPHA)).json()
+    listed = (await api.get(f"/view/{sandbox}/ports", headers={"X-Sandbox-Ticket": view})).json()
+    assert listed["links"] is False and all(p["url"] is None for p in listed["ports"])
+    linked = (await api.get(f"/view/{sandbox}/ports", headers={"X-Sandbox-Ticket": control["ticket"]})).json()
+    assert linked["links"] is True
+    for port in linked["ports"]:
+        if port["previewable"]:
+            assert port["url"].startswith(f"/v1/sandboxes/{sandbox}/ports/{port['port']}/?ticket=")
+    assert (await api.get(f"/view/{sandbox}/ports")).status_code == 401
+    out = await api.get(f"/view/{sandbox}/output", headers={"X-Sandbox-Ticket": view})
+    assert out.status_code == 200 and isinstance(out.json()["lines"], list)

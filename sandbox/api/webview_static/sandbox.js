@@ -5,6 +5,7 @@ import { badge, clock, duration, el, failure, summarize } from "/view/static/com
 
 const POLL_MS = 2000;
 const LOG_POLL_MS = 5000;
+const PORTS_POLL_MS = 5000;
 const RECONNECTS = 3;
 
 const sandboxId = decodeURIComponent(location.pathname.split("/")[2] || "");
@@ -106,12 +107,50 @@ function startTerminal() {
   $("controls").hidden = true;
   overlay("");
   $("screen").replaceChildren(el("div", { class: "terminal" },
-    el("div", { class: "title", text: `${view.sandbox.kind} sandbox: no display. Commands run through the API (newest last); the sandbox log below.` }),
+    el("div", { class: "title", text: `${view.sandbox.kind} sandbox: no display. Commands run through the API (newest last), what they printed, and the sandbox log below.` }),
     el("div", { id: "transcript" }),
+    el("pre", { class: "output", id: "output" }),
     el("div", { class: "log", id: "terminal-log", text: "" })));
   $("logs-box").hidden = true;
   renderTerminal([]);
   pollLogs();
+  pollOutput();
+  setInterval(pollOutput, POLL_MS);
+}
+
+// The tail of what its commands printed: "$ cmd" lines, then their output (the control plane keeps the last lines).
+let outputText = null;
+async function pollOutput() {
+  const response = await call("output");
+  if (!response.ok) return;
+  const lines = (await response.json()).lines;
+  const text = lines.join("\n");
+  if (text === outputText) return;
+  outputText = text;
+  $("output").replaceChildren(...(lines.length
+    ? lines.map((line) => el("div", { class: line.startsWith("$ ") ? "cmd-line" : "", text: line || " " }))
+    : [el("div", { class: "title", text: "no output yet" })]));
+}
+
+// ------------------------------------------------------------------ listening ports, with preview links
+
+async function pollPorts() {
+  const response = await call("ports");
+  if (!response.ok) {
+    $("ports-hint").textContent = `cannot list the ports: ${await failure(response)}`;
+    return;
+  }
+  const body = await response.json();
+  $("ports").replaceChildren(...body.ports.map((p) => el("li", { "data-port": String(p.port) },
+    p.url ? el("a", { href: p.url, target: "_blank", rel: "noopener", class: "mono", text: `:${p.port} ↗` })
+      : el("span", { class: "mono", text: `:${p.port}` }),
+    el("span", { class: "addr", text: (p.addresses || []).join(", ") }),
+    p.previewable ? null : el("span", { class: "addr", text: "(the platform's own: no preview)" }))));
+  const hint = $("ports-hint");
+  if (!body.ports.length) hint.textContent = "Nothing listens yet: a server the sandbox starts shows here, with a link to its preview.";
+  else if (body.links) hint.textContent = "Each link opens the port's preview in a new tab.";
+  else hint.replaceChildren("Preview links need a control ticket (a preview drives the app): ",
+    el("a", { href: `/view/${encodeURIComponent(sandboxId)}?control=1`, text: "open with control" }), ".");
 }
 
 async function pollLogs() {
@@ -187,6 +226,8 @@ function startVnc() {
 function start() {
   if (view.sandbox.has_display) startVnc();
   else startTerminal();
+  pollPorts();
+  setInterval(pollPorts, PORTS_POLL_MS);
   scheduleRenewal();
 }
 

@@ -1,0 +1,271 @@
+"""The web view's list page at fleet scale, in Debian's chromium: 300 sandboxes from the in-package fake backend
+(``sandbox.testing.fleet``: one shared agent process serves them all), searched, filtered and paged, thumbnails
+asked only for the cards on screen, and the control plane's CPU measured with the page open.
+
+It needs Chromium but no Docker; it runs with the other browser tests. Forty *real* sandboxes belong in a soak or
+``bench/``, not here: ``test_webview.py`` covers the real containers (a terminal's output tail, the port links).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+from playwright.sync_api import Browser, Page, Route, sync_playwright
+
+from tests.docker.test_webview import CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_for, shoot
+
+pytestmark = pytest.mark.docker
+
+ALPHA_TOKEN = "fleet-alpha-token-0123456789"
+BETA_TOKEN = "fleet-beta-token-0123456789"
+FLEET = 300
+PAGE_SIZE = 24
+CPU_WINDOW_S = 10.0
+CPU_BOUND = 0.10
+"""Of one core, with the list page open and polling."""
+
+
+@dataclass
+class Fleet:
+    url: str
+    pid: int
+    made: dict[str, Any]
+
+    def of(self, tenant: str) -> list[str]:
+        return [i for i in self.made["ids"] if self.made["tenants"][i] == tenant]
+
+    def cpu_s(self) -> float:
+        """The server process's CPU time so far (user + system), in seconds."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[Fleet]:
+    workdir = Path(tempfile.mkdtemp(prefix="sbx-fleet-", dir="/tmp"))
+    tokens = workdir / "tokens.json"
+    tokens.write_text(json.dumps({ALPHA_TOKEN: "alpha", BETA_TOKEN: "beta"}))
+    ready, sockets, port = workdir / "ready.json", workdir / "s", _free_port()
+    log = (workdir / "fleet.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "sandbox.testing.fleet", "--http-port", str(port), "--tokens-file", str(tokens),
+            "--socket-root", str(sockets), "--sandboxes", str(FLEET), "--ready-file", str(ready),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+
+        def up() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"the fleet server exited: {(workdir / 'fleet.log').read_text()[-3000:]}")
+            return ready.exists() and ready.stat().st_size > 0
+
+        started = time.monotonic()
+        _wait_for("the fleet of 300", up, timeout=180, interval=0.2)
+        print(f"fleet of {FLEET} fake sandboxes up in {time.monotonic() - started:.1f} s")
+        yield Fleet(f"http://127.0.0.1:{port}", process.pid, json.loads(ready.read_text()))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+        leftovers = os.listdir(sockets) if sockets.exists() else []
+        shutil.rmtree(workdir, ignore_errors=True)
+        assert not leftovers, f"the fleet left agents behind: {leftovers}"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+def _jpeg() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (320, 200), (40, 90, 160)).save(out, format="JPEG")
+    return out.getvalue()
+
+
+def shown(page: Page) -> list[str]:
+    return list(page.eval_on_selector_all("#grid [data-sandbox]", "cards => cards.map(c => c.dataset.sandbox)"))
+
+
+def on_screen(page: Page) -> set[str]:
+    """The cards with a screen that intersect the viewport (with the page's 100 px margin)."""
+    return set(
+        page.evaluate(
+            """() => Array.from(document.querySelectorAll('#grid [data-sandbox]')).filter((c) => {
+                const r = c.getBoundingClientRect();
+                return c.querySelector('img') && r.bottom > -100 && r.top < innerHeight + 100;
+            }).map((c) => c.dataset.sandbox)"""
+        )
+    )
+
+
+def poll(page: Page, what: str, check: Callable[[], Any], timeout: float = 10) -> Any:
+    """``_wait_for`` that lets the browser's events (the thumbnail route) run while it waits."""
+    give_up = time.monotonic() + timeout
+    while not (result := check()):
+        if time.monotonic() > give_up:
+            raise AssertionError(f"timed out waiting for {what}")
+        page.wait_for_timeout(200)
+    return result
+
+
+def settle(page: Page, expected_range: str | None = None) -> None:
+    """Wait for the list to answer the last change (the range text reads ``expected_range`` when given)."""
+    if expected_range is not None:
+        page.wait_for_function(
+            "want => document.getElementById('range').textContent === want", arg=expected_range, timeout=10_000
+        )
+    page.wait_for_timeout(400)  # past the search box's debounce and one answer
+
+
+def test_the_list_page_finds_the_one_in_300(fleet: Fleet, browser: Browser, tmp_path: Path) -> None:
+    alpha = fleet.of("alpha")
+    failed = [i for i in fleet.made["failed"] if fleet.made["tenants"][i] == "alpha"]
+    kinds = fleet.made["kinds"]
+    assert len(alpha) == 280 and failed
+
+    context = browser.new_context(viewport={"width": 1500, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    thumbs: list[str] = []
+    image = _jpeg()
+
+    def thumbnail(route: Route) -> None:
+        thumbs.append(route.request.url.split("/sandboxes/", 1)[1].split("/", 1)[0])
+        route.fulfill(status=200, content_type="image/jpeg", body=image)  # the fake's screens have no pixels
+
+    page.route("**/view/api/sandboxes/*/thumbnail*", thumbnail)
+
+    # Load: the first page of 24, failing first, then the newest.
+    started = time.monotonic()
+    page.goto(f"{fleet.url}/view?token={ALPHA_TOKEN}")
+    page.wait_for_function(f"document.querySelectorAll('#grid [data-sandbox]').length === {PAGE_SIZE}")
+    load_s = time.monotonic() - started
+    print(f"list page of {len(alpha)} sandboxes: first {PAGE_SIZE} cards in {load_s:.2f} s")
+    assert load_s < 5
+    assert page.locator("#count").inner_text() == "280 sandboxes"
+    assert page.locator("#range").inner_text() == "1-24 of 280"
+    first = shown(page)
+    assert set(first[: len(failed)]) == set(failed), "failing sandboxes come first"
+    assert page.locator(".card.failing").count() == len(failed)
+    shoot(page, tmp_path, "fleet-list")
+
+    # Thumbnails: only the cards on screen (the failing terminals fill the first rows), never the rest of the page.
+    page.wait_for_timeout(1500)
+    with_screen = {i for i in first if kinds[i] != "terminal"}
+    ever = on_screen(page)
+    assert set(thumbs) <= ever
+    page.mouse.wheel(0, 900)
+    poll(page, "a thumbnail of a card scrolled to", lambda: thumbs)
+    page.wait_for_timeout(1500)
+    ever |= on_screen(page)
+    assert set(thumbs) <= ever, set(thumbs) - ever
+    assert len(thumbs) == len(set(thumbs)), "a card's thumbnail asked twice within its period"
+    print(f"thumbnails asked: {len(thumbs)} of the page's {len(with_screen)} cards with a screen")
+    page.mouse.wheel(0, 5000)
+    poll(page, "thumbnails of the cards scrolled to", lambda: set(thumbs) == with_screen)
+    asked_before = len(thumbs)
+    page.wait_for_timeout(3000)
+    assert len(thumbs) == asked_before, "the poll refetched thumbnails within their period"
+    page.evaluate("window.scrollTo(0, 0)")
+
+    # Search: a task id, a label, words that must all match; a terminal card's output tail.
+    task_owner, task = next((i, t) for i, t in fleet.made["tasks"].items() if fleet.made["tenants"][i] == "alpha")
+    page.fill("#search", task)
+    settle(page, "1-1 of 1 (of 280)")
+    assert shown(page) == [task_owner] and f"task {task}" in page.locator(f"[data-sandbox='{task_owner}']").inner_text()
+    page.fill("#search", "run-3 w01")
+    expected = [i for i in alpha if (n := fleet.made["ids"].index(i)) // 50 == 3 and f"w{n:04d}".startswith("w01")]
+    settle(page, f"1-{min(PAGE_SIZE, len(expected))} of {len(expected)} (of 280)")
+    worker = fleet.made["ids"].index(task_owner)
+    page.fill("#search", f"worker=w{worker:04d}")
+    settle(page, "1-1 of 1 (of 280)")
+    talker, said = next((i, o) for i, o in fleet.made["outputs"].items() if fleet.made["tenants"][i] == "alpha")
+    page.fill("#search", talker)
+    settle(page, "1-1 of 1 (of 280)")
+    tail = page.locator(f"[data-sandbox='{talker}'] pre.tail").inner_text()
+    assert said in tail and "$ for n in 1 2 3" in tail, tail
+    shoot(page, tmp_path, "fleet-search")
+    page.fill("#search", "")
+    settle(page, "1-24 of 280")
+
+    # Filters: failing, then a kind; the address keeps them.
+    page.select_option("#state", "failing")
+    settle(page, f"1-{len(failed)} of {len(failed)} (of 280)")
+    assert set(shown(page)) == set(failed) and "state=failing" in page.url
+    page.select_option("#state", "")
+    before = len(thumbs)  # the page is scrolled to its top
+    page.select_option("#kind", "desktop")
+    desktops = [i for i in alpha if kinds[i] == "desktop"]
+    settle(page, f"1-24 of {len(desktops)} (of 280)")
+    assert all(kinds[i] == "desktop" for i in shown(page))
+    page.wait_for_timeout(1500)
+    visible, asked = on_screen(page), set(thumbs[before:])
+    assert asked and asked <= visible and len(visible) < PAGE_SIZE, (asked - visible, len(visible))
+    page.select_option("#kind", "")
+    settle(page, "1-24 of 280")
+
+    # Paging shows the rest: every one of alpha's sandboxes, once.
+    seen: list[str] = shown(page)
+    while page.locator("#next").is_enabled():
+        page.click("#next")
+        start = len(seen) + 1
+        settle(page, f"{start}-{min(start + PAGE_SIZE - 1, 280)} of 280")
+        seen += shown(page)
+    assert sorted(seen) == sorted(alpha) and len(seen) == len(set(seen))
+    off_page = set(thumbs) - set(seen)
+    assert not off_page
+    page.goto(f"{fleet.url}/view")
+    page.wait_for_function(f"document.querySelectorAll('#grid [data-sandbox]').length === {PAGE_SIZE}")
+
+    # The control plane's CPU with the page open (and polling) for CPU_WINDOW_S.
+    page.wait_for_timeout(2000)
+    before, at = fleet.cpu_s(), time.monotonic()
+    page.wait_for_timeout(CPU_WINDOW_S * 1000)
+    busy = (fleet.cpu_s() - before) / (time.monotonic() - at)
+    lists = page.evaluate("window.sandboxList.stats.listRequests")
+    print(f"control plane CPU with the page open: {busy:.1%} of a core ({lists} list polls so far)")
+    context.close()
+    before, at = fleet.cpu_s(), time.monotonic()
+    time.sleep(5)
+    idle = (fleet.cpu_s() - before) / (time.monotonic() - at)
+    print(f"control plane CPU with no page open: {idle:.1%} of a core")
+    assert busy < CPU_BOUND, f"{busy:.1%} of a core with the page open"
+    assert not errors, f"the page raised: {errors}"
+
+
+def test_another_tenant_sees_only_its_own(fleet: Fleet, browser: Browser) -> None:
+    beta = fleet.of("beta")
+    page = browser.new_context(viewport={"width": 1500, "height": 900}).new_page()
+    page.goto(f"{fleet.url}/view?token={BETA_TOKEN}")
+    page.wait_for_selector(f"#count:has-text('{len(beta)} sandboxes')")
+    assert set(shown(page)) == set(beta)
+    page.fill("#search", fleet.of("alpha")[0])
+    page.wait_for_selector("#no-match:not([hidden])")
+    assert shown(page) == []
+    page.context.close()
