@@ -6,23 +6,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
 ADB_SERVER_VERSION = 41
 """Debian bookworm's adb 1.0.41: a server of another version would be killed and replaced by the client."""
 
 
-@dataclass
-class FakeAdbServer:
-    """``host:version``, ``host:features``, ``host:tport:…``/``host:transport:…``, then ``exec:``/``shell:``
-    commands answered by ``reply(command) -> bytes`` (raw output, then the connection closes)."""
+class _LoopbackServer:
+    """A TCP server on 127.0.0.1 with a free port; a subclass answers each connection in ``_serve``."""
 
-    serial: str = "emulator-5554"
-    reply: Callable[[str], bytes] = lambda cmd: b""
-    requests: list[str] = field(default_factory=list)
-    port: int = 0
-    _server: asyncio.AbstractServer | None = None
+    port: int
+    _server: asyncio.AbstractServer | None
 
-    async def start(self) -> FakeAdbServer:
+    async def start(self: Self) -> Self:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -31,6 +27,21 @@ class FakeAdbServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class FakeAdbServer(_LoopbackServer):
+    """``host:version``, ``host:features``, ``host:tport:…``/``host:transport:…``, then ``exec:``/``shell:``
+    commands answered by ``reply(command) -> bytes`` (raw output, then the connection closes)."""
+
+    serial: str = "emulator-5554"
+    reply: Callable[[str], bytes] = lambda cmd: b""
+    requests: list[str] = field(default_factory=list)
+    port: int = 0
+    _server: asyncio.AbstractServer | None = None
 
     @property
     def commands(self) -> list[str]:
@@ -73,7 +84,7 @@ def _hex(text: str) -> bytes:
 
 
 @dataclass
-class FakeConsole:
+class FakeConsole(_LoopbackServer):
     """The emulator console: a banner, ``auth``, ``avd snapshot load NAME`` (known names: OK, others: KO)."""
 
     snapshots: tuple[str, ...] = ("default_boot",)
@@ -81,16 +92,6 @@ class FakeConsole:
     lines: list[str] = field(default_factory=list)
     port: int = 0
     _server: asyncio.AbstractServer | None = None
-
-    async def start(self) -> FakeConsole:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"Android Console: type 'help' for a list of commands\r\nOK\r\n")
