@@ -51,6 +51,13 @@ class Resources(Model):
     memory_mb: int = Field(2048, ge=64, le=262_144, description="Memory limit, swap included.")
     pids: int = Field(512, ge=16, le=65_536, description="Process and thread limit (stops fork bombs).")
     shm_mb: int = Field(256, ge=16, le=16_384, description="Size of /dev/shm (Chromium needs room here).")
+    disk_mb: int | None = Field(
+        None,
+        ge=64,
+        le=1_048_576,
+        description="Size limit of the sandbox's writable file system; none when omitted. A backend that cannot "
+        "enforce it refuses the spec (docs/hardening.md).",
+    )
 
 
 class ScreenSize(Model):

@@ -111,6 +111,8 @@ def sandbox_spec(doc: dict[str, Any], image: str) -> dict[str, Any]:
         "autoRecover": bool(spec.get("auto_recover", False)),
         "labels": {str(k): str(v) for k, v in (spec.get("labels") or {}).items()},
     }
+    if resources.get("disk_mb") is not None:
+        out["resources"]["diskMb"] = int(resources["disk_mb"])
     if spec.get("idle_timeout_s") is not None:
         out["idleTimeoutSeconds"] = _seconds(spec["idle_timeout_s"])
     if spec.get("snapshot"):

@@ -44,9 +44,37 @@ async def test_missing_image_fails_clearly_and_leaves_nothing(backend: DockerBac
     assert not os.path.exists(backend.socket_dir(sandbox_id))
 
 
-async def test_android_is_refused_with_the_reason(backend: DockerBackend) -> None:
-    with pytest.raises(FailedPrecondition, match="Android emulator"):
-        await backend.create("andr-1", SandboxSpec.model_validate({"kind": "android"}))
+async def test_android_without_kvm_is_refused_before_any_container(backend: DockerBackend) -> None:
+    """A host without /dev/kvm (this one; a missing path stands in elsewhere): refused, naming what is missing,
+    before a container, a socket directory or a claim is made."""
+    no_kvm = DockerBackend(backend.config.model_copy(update={"kvm_device": "/nonexistent/kvm"}))
+    before = {i.id for i in await backend.list_instances()}
+    spec = SandboxSpec.model_validate({"kind": "android", "resources": {"memory_mb": 4096}, "labels": TEST_LABEL})
+    try:
+        with pytest.raises(FailedPrecondition, match=r"android sandboxes need /dev/kvm on the Docker host \(KVM\)"):
+            await no_kvm.create("andr-1", spec)
+    finally:
+        await no_kvm.close()
+    assert {i.id for i in await backend.list_instances()} == before
+    assert not os.path.exists(backend.socket_dir("andr-1"))
+
+
+async def test_a_missing_android_image_says_how_to_build_it(backend: DockerBackend) -> None:
+    """With a device (/dev/null stands in for /dev/kvm: the engine checks only that the path is a device) and no
+    android image, the missing-image error says the image is built from an SDK; nothing is left."""
+    image = "sandbox/android-not-built-here:latest"
+    spec = SandboxSpec.model_validate(
+        {"kind": "android", "image": image, "resources": {"memory_mb": 4096}, "labels": TEST_LABEL}
+    )
+    with_device = DockerBackend(backend.config.model_copy(update={"kvm_device": "/dev/null"}))
+    sandbox_id = f"andr-{secrets.token_hex(4)}"
+    try:
+        with pytest.raises(NotFound, match=r"image not found.*SANDBOX_ANDROID_SDK=.*docs/android.md"):
+            await with_device.create(sandbox_id, spec)
+    finally:
+        await with_device.close()
+    assert (await backend.inspect(sandbox_id)).state is RuntimeState.MISSING
+    assert not os.path.exists(backend.socket_dir(sandbox_id))
 
 
 async def test_parallel_creates_do_not_block_each_other(backend: DockerBackend) -> None:

@@ -69,8 +69,14 @@ TUNED_SPEC = {
     "env": {"FOO": "bar"},
 }
 
+ANDROID_SPEC = {"resources": {"cpus": 4, "memory_mb": 4096}}
+KVM_GROUP = KubernetesConfig.model_validate({"owner": "prod", "android_kvm_group": 36})
+
 MANIFESTS = {
     **{f"pod {kind}": pod(kind) for kind in ("terminal", "desktop", "browser")},
+    "pod android": pod("android", **ANDROID_SPEC),
+    "pod with a disk limit": pod("terminal", resources={"disk_mb": 10240}),
+    "pod android with the kvm group": pod("android", KVM_GROUP, **ANDROID_SPEC),
     "pod with runtime class, node selector, tolerations, egress, a volume": pod("desktop", TUNED, **TUNED_SPEC),
     "secret": manifests.secret_manifest(PLAIN, instance_id=INSTANCE, token="t0ken"),
     "volume claim": manifests.volume_claim_manifest(TUNED, "Data_Set.v1"),
@@ -173,6 +179,47 @@ def test_a_tuned_pod_takes_the_cluster_settings_and_the_spec() -> None:
     described = status.describe(manifest)
     assert described.labels[LABEL_USER_PREFIX + "weird key!"] == "x" * 100
     assert described.labels[LABEL_POOL] == POOL
+
+
+def test_an_android_pod_asks_for_kvm_through_the_device_plugin() -> None:
+    manifest = MANIFESTS["pod android"]
+    (container,) = manifest["spec"]["containers"]
+    assert container["resources"] == {
+        "requests": {"cpu": "4000m", "memory": "4096Mi"},  # the extended resource's request defaults to its limit
+        "limits": {"cpu": "4000m", "memory": "4096Mi", "devices.kubevirt.io/kvm": "1"},
+    }
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SANDBOX_KIND"] == "android" and env["SANDBOX_ANDROID_SCREEN"] == "1080x1920x24"
+    assert container["image"] == "sandbox/android:latest"
+    sc = container["securityContext"]  # confined as the others: KVM is an ioctl on the device, no capability
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["privileged"] is False
+    assert "supplementalGroups" not in manifest["spec"]["securityContext"]
+    grouped = MANIFESTS["pod android with the kvm group"]["spec"]
+    assert grouped["securityContext"]["supplementalGroups"] == [36]
+    for kind in ("terminal", "desktop", "browser"):  # no device, no group for the other kinds
+        other = pod(kind, KVM_GROUP)
+        assert "devices.kubevirt.io/kvm" not in other["spec"]["containers"][0]["resources"]["limits"]
+        assert "supplementalGroups" not in other["spec"]["securityContext"]
+
+
+def test_the_kvm_resource_is_a_setting_and_none_refuses_android() -> None:
+    custom = KubernetesConfig(owner="prod", android_kvm_resource="example.com/kvm")
+    limits = pod("android", custom, **ANDROID_SPEC)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["example.com/kvm"] == "1" and "devices.kubevirt.io/kvm" not in limits
+    with pytest.raises(FailedPrecondition, match="android sandboxes need KVM on the node"):
+        pod("android", KubernetesConfig(owner="prod", android_kvm_resource=None), **ANDROID_SPEC)
+    with pytest.raises(FailedPrecondition, match=r"resources\.memory_mb >= 3072"):
+        pod("android")  # the default 2048 MB cannot hold the emulator
+    assert "devices.kubevirt.io/kvm" not in json.dumps(pod("terminal", KubernetesConfig(android_kvm_resource=None)))
+
+
+def test_the_disk_limit_is_the_containers_ephemeral_storage_limit() -> None:
+    """The kubelet enforces it (it evicts a pod writing past it); no limit asked, none set."""
+    (container,) = MANIFESTS["pod with a disk limit"]["spec"]["containers"]
+    assert container["resources"]["limits"] == {"cpu": "1000m", "memory": "2048Mi", "ephemeral-storage": "10240Mi"}
+    assert "ephemeral-storage" not in container["resources"]["requests"]  # defaults to the limit
+    (plain,) = MANIFESTS["pod terminal"]["spec"]["containers"]
+    assert "ephemeral-storage" not in plain["resources"]["limits"]
 
 
 def test_volume_claims_ask_for_the_configured_class_and_mode() -> None:

@@ -54,6 +54,12 @@ def test_a_running_sandbox_is_healthy_and_valid() -> None:
     }  # fmt: skip
 
 
+def test_a_disk_limit_is_mirrored_and_valid() -> None:
+    doc = _doc()
+    doc["spec"]["resources"]["disk_mb"] = 4096
+    assert _whole(doc, _pod())["spec"]["resources"]["diskMb"] == 4096  # _whole validates it against the CRD
+
+
 @pytest.mark.parametrize(
     ("doc", "pod", "health", "message"),
     [

@@ -21,7 +21,6 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
@@ -32,6 +31,7 @@ from docker.models.containers import Container
 
 from sandbox.agent_client import AgentClient
 from sandbox.aio import raise_if_cancelled, settled
+from sandbox.backends import android
 from sandbox.backends.base import (
     INSTANCE_ENV,
     LABEL_INSTANCE,
@@ -49,8 +49,10 @@ from sandbox.backends.base import (
     RuntimeState,
     check_cpus,
 )
+from sandbox.backends.docker import android_params, disk
 from sandbox.backends.docker import claims as claim_files
 from sandbox.backends.docker.config import DockerConfig
+from sandbox.backends.docker.describe import describe, from_summary, timestamp
 from sandbox.backends.docker.networks import InternalNetworks
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec
@@ -61,7 +63,7 @@ T = TypeVar("T")
 CONTAINER_PREFIX = "sbx-"
 SNAPSHOT_REPO = "sandbox-snap"
 VOLUME_PREFIX = "sbxvol-"
-SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER)
+SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER, SandboxKind.ANDROID)
 
 
 def _translate(e: Exception, what: str) -> SandboxError:
@@ -83,49 +85,6 @@ async def _call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
         raise _translate(e, what) from e
 
 
-def _state_of(container: Container) -> RuntimeState:
-    status = container.status
-    if status in ("running",):
-        return RuntimeState.RUNNING
-    if status in ("created", "restarting"):
-        return RuntimeState.STARTING
-    if status == "paused":
-        return RuntimeState.PAUSED
-    return RuntimeState.EXITED
-
-
-def _created_at(container: Container) -> float:
-    return _timestamp(str(container.attrs.get("Created", "")))
-
-
-def _timestamp(raw: str) -> float:
-    """The engine's RFC 3339 time (nanoseconds, Z) as a Unix time; 0 when it does not parse."""
-    with contextlib.suppress(ValueError):
-        return datetime.fromisoformat(raw[:26].rstrip("Z") + "+00:00").timestamp()
-    return 0.0
-
-
-def _from_summary(summary: dict[str, Any]) -> BackendInstance:
-    labels = dict(summary.get("Labels") or {})
-    status = str(summary.get("State", ""))
-    state = {
-        "running": RuntimeState.RUNNING,
-        "created": RuntimeState.STARTING,
-        "restarting": RuntimeState.STARTING,
-        "paused": RuntimeState.PAUSED,
-    }
-    exit_code = re.search(r"Exited \((-?\d+)\)", str(summary.get("Status", "")))
-    return BackendInstance(
-        id=labels.get(LABEL_INSTANCE, ""),
-        kind=SandboxKind(labels.get(LABEL_KIND, "terminal")),
-        ref=str(summary.get("Id", "")),
-        state=state.get(status, RuntimeState.EXITED),
-        labels=labels,
-        created_at=float(summary.get("Created") or 0),
-        exit_code=int(exit_code.group(1)) if exit_code else None,
-    )
-
-
 class DockerBackend(Backend):
     name = "docker"
 
@@ -133,7 +92,7 @@ class DockerBackend(Backend):
         super().__init__()
         self.config = config
         self._client: docker.DockerClient | None = None
-        self._host_cpus: float | None = None
+        self._info: dict[str, Any] | None = None
         self._networks = InternalNetworks(lambda: self.client, config.owner, self.owner_labels(), _call)
 
     @property
@@ -176,30 +135,45 @@ class DockerBackend(Backend):
         tenant: str | None = None,
     ) -> BackendInstance:
         if spec.kind not in SUPPORTED_KINDS:
-            raise FailedPrecondition(
-                f"the docker backend cannot run {spec.kind.value} sandboxes: an Android emulator needs KVM and "
-                "an emulator image; use a backend that provides them"
-            )
-        if self._host_cpus is None:  # what the engine checks nano_cpus against (not told: let the engine judge)
-            self._host_cpus = float((await _call("ask the engine of its host", self.client.info)).get("NCPU") or "inf")
-        check_cpus(spec, self._host_cpus)
+            raise FailedPrecondition(f"the docker backend cannot run {spec.kind.value} sandboxes")
+        if android.is_android(spec):  # refused before anything is made when the host has no KVM
+            android_params.run_params(spec, self.config.kvm_device)
+        info = await self._call_info()
+        check_cpus(spec, float(info.get("NCPU") or "inf"))  # not told: let the engine judge
+        disk.check(spec, info)
         try:
             socket_dir = await asyncio.to_thread(self._make_socket_dir, instance_id)
             async with self._networks.joining(spec.network, tenant) as network:  # None: not network internal
                 params = await self._run_params(instance_id, spec, socket_dir, pool, network)
                 # create + start, never containers.run: run pulls a missing image, and no registry is reachable.
                 make = partial(_call, f"create instance {instance_id}", self.client.containers.create, **params)
-                container = await settled(self._networks.again_if_gone(network, tenant, make))
+                try:
+                    container = await settled(self._networks.again_if_gone(network, tenant, make))
+                except NotFound as e:  # the android image is built from a local SDK: say how
+                    if android.is_android(spec) and "image not found" in e.message:
+                        raise NotFound(f"{e.message}; {android.BUILD_HINT}") from e
+                    raise
+                except BackendError as e:  # XFS without pquota: the info cannot tell
+                    if spec.resources.disk_mb is not None and disk.ENGINE_REFUSAL in e.message:
+                        raise disk.refused(e.message) from e
+                    raise
                 start = partial(_call, f"start instance {instance_id}", container.start)
                 await settled(self._networks.again_if_gone(network, tenant, start))
-            await self._wait_ready(instance_id, ready_timeout)
+            configured = android.ready_timeout(spec, self.config.ready_timeout_s)
+            await self._wait_ready(instance_id, ready_timeout or configured)
             await _call(f"inspect instance {instance_id}", container.reload)
             raise_if_cancelled()
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.destroy(instance_id))
             raise
-        return self._describe(container)
+        return describe(container)
+
+    async def _call_info(self) -> dict[str, Any]:
+        """The engine's info, asked once: its CPUs (what nano_cpus is checked against) and storage driver."""
+        if self._info is None:
+            self._info = dict(await _call("ask the engine of its host", self.client.info) or {})
+        return self._info
 
     async def _wait_ready(self, instance_id: str, ready_timeout: float | None) -> None:
         try:
@@ -223,7 +197,7 @@ class DockerBackend(Backend):
             await settled(_call(f"restart instance {instance_id}", container.start))
         await self._wait_ready(instance_id, ready_timeout)
         await _call(f"inspect instance {instance_id}", container.reload)
-        return self._describe(container)
+        return describe(container)
 
     async def _run_params(
         self, instance_id: str, spec: SandboxSpec, socket_dir: str, pool: str | None, network: str | None
@@ -262,9 +236,14 @@ class DockerBackend(Backend):
             "shm_size": f"{r.shm_mb}m",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
+            **disk.run_params(spec),
         }
         if self.config.runtime:
             params["runtime"] = self.config.runtime
+        if android.is_android(spec):
+            extra = android_params.run_params(spec, self.config.kvm_device)
+            env.update(extra.pop("environment"))  # the same dict as params["environment"]
+            params.update(extra)
         if spec.network is NetworkPolicy.NONE:
             params["network_mode"] = "none"
         elif spec.network is NetworkPolicy.INTERNAL:
@@ -332,13 +311,13 @@ class DockerBackend(Backend):
             container = await self._get(instance_id)
         except NotFound:
             return BackendInstance(id=instance_id, kind=SandboxKind.TERMINAL, ref="", state=RuntimeState.MISSING)
-        return self._describe(container)
+        return describe(container)
 
     async def list_instances(self) -> list[BackendInstance]:
         filters = {"label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"]}
         # The low-level listing: containers.list() inspects each one and fails when one goes meanwhile.
         summaries = await _call("list instances", self.client.api.containers, all=True, filters=filters)
-        return [_from_summary(s) for s in summaries if LABEL_INSTANCE in (s.get("Labels") or {})]
+        return [from_summary(s) for s in summaries if LABEL_INSTANCE in (s.get("Labels") or {})]
 
     async def logs(self, instance_id: str, *, tail: int = 200) -> str:
         try:
@@ -409,7 +388,7 @@ class DockerBackend(Backend):
                 continue
             if only is not None and not tags & only:
                 continue
-            if now - _timestamp(str(image.attrs.get("Created", ""))) < min_age_s:
+            if now - timestamp(str(image.attrs.get("Created", ""))) < min_age_s:
                 continue  # committed a moment ago: the record naming it may not be stored yet
             for tag in tags or {image.id}:
                 try:
@@ -433,17 +412,3 @@ class DockerBackend(Backend):
 
     async def _get(self, instance_id: str) -> Container:
         return await _call(f"find instance {instance_id}", self.client.containers.get, self.container_name(instance_id))
-
-    def _describe(self, container: Container) -> BackendInstance:
-        labels = dict(container.labels)
-        exit_code = container.attrs.get("State", {}).get("ExitCode")
-        state = _state_of(container)
-        return BackendInstance(
-            id=labels.get(LABEL_INSTANCE, ""),
-            kind=SandboxKind(labels.get(LABEL_KIND, "terminal")),
-            ref=container.id or "",
-            state=state,
-            labels=labels,
-            created_at=_created_at(container),
-            exit_code=exit_code if state is RuntimeState.EXITED else None,
-        )

@@ -30,3 +30,7 @@ class DockerConfig(BaseModel):
     ready_timeout_s: float = Field(60.0, gt=0, description="How long a new instance may take to become healthy.")
     sandbox_uid: int = Field(1000, description="User the images run as; owns the socket directory.")
     max_pool_size: int = Field(64, ge=1, description="Concurrent HTTP connections to the engine.")
+    kvm_device: str = Field(
+        "/dev/kvm",
+        description="The host's KVM device, passed to android sandboxes (--device); android is refused without it.",
+    )

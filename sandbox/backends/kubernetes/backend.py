@@ -31,6 +31,7 @@ from typing import Any
 
 from sandbox.agent_client import AgentClient, _TcpTransport
 from sandbox.aio import raise_if_cancelled, settled
+from sandbox.backends import android
 from sandbox.backends.base import LABEL_INSTANCE, Backend, BackendInstance, BackendSnapshot, RuntimeState
 from sandbox.backends.kubernetes import manifests, status
 from sandbox.backends.kubernetes.api import KubeApi, core_path, policy_path
@@ -41,7 +42,7 @@ from sandbox.backends.kubernetes.snapshots import ArchiveStore, restore_archive,
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import SandboxKind, SandboxSpec
 
-SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER)
+SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER, SandboxKind.ANDROID)
 _log = logging.getLogger(__name__)
 
 
@@ -103,11 +104,8 @@ class KubernetesBackend(Backend):
         here. Scoping it would take a policy per tenant, made on a tenant's first internal pod and removed after
         its last (a policy cannot select "pods with my own label value"); see docs/hardening.md."""
         if spec.kind not in SUPPORTED_KINDS:
-            raise FailedPrecondition(
-                f"the kubernetes backend cannot run {spec.kind.value} sandboxes: an Android emulator needs KVM on the "
-                "node and an emulator image"
-            )
-        timeout = ready_timeout or self.config.ready_timeout_s
+            raise FailedPrecondition(f"the kubernetes backend cannot run {spec.kind.value} sandboxes")
+        timeout = ready_timeout or android.ready_timeout(spec, self.config.ready_timeout_s)
         deadline = asyncio.get_running_loop().time() + timeout
         archive = self.archives.name_of(spec.image or "") if (spec.image or "").startswith(ARCHIVE_PREFIX) else None
         image = manifests.kind_image(self.config, spec.kind.value) if archive else self.image_for(spec)

@@ -114,3 +114,16 @@ class KubernetesConfig(BaseModel):
         description="Create this owner's NetworkPolicies in the namespace at first use (ingress only from the "
         "control plane, egress denied unless a sandbox asked for it). Turn off where the chart manages them.",
     )
+    android_kvm_resource: str | None = Field(
+        "devices.kubevirt.io/kvm",
+        description="Extended resource through which a device plugin hands a node's /dev/kvm to a pod (KubeVirt's "
+        "by default); android pods ask for one in their limits. None: the cluster has no KVM plugin, and android "
+        "sandboxes are refused.",
+    )
+    android_kvm_group: int | None = Field(
+        None,
+        ge=1,
+        description="Group owning /dev/kvm on the nodes, added to android pods' supplementalGroups, when the device "
+        "is not open to every user (0660 root:kvm); None where it is 0666 or the runtime sets device ownership from "
+        "the security context.",
+    )

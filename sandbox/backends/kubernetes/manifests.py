@@ -14,8 +14,12 @@ the pod, so the cluster removes it with the pod). What the pod spec does and why
   tolerations and priority class. The root file system stays writable: the apps write to it.
 - **Resources**: CPU and memory limits from the spec (memory requested in full; CPU requested at
   ``cpu_request_fraction`` of the limit). /dev/shm is a memory-backed emptyDir of ``shm_mb`` (it counts toward the
-  memory limit). Not expressible per pod: the process limit (``pids``): set the kubelet's ``podPidsLimit`` on the
-  sandbox nodes. The spec has no disk size, so no ephemeral-storage request or limit is set (the namespace's
+  memory limit). An android pod also asks for one ``android_kvm_resource`` (a device plugin's extended resource
+  handing it the node's /dev/kvm; the scheduler then places it on a KVM node) and gets ``android_kvm_group`` as a
+  supplemental group; without that resource in the config android is refused (``android_limits``). Not
+  expressible per pod: the process limit (``pids``): set the kubelet's ``podPidsLimit`` on the
+  sandbox nodes. The spec's ``disk_mb`` is the container's ``ephemeral-storage`` limit (its request defaults to it),
+  which the kubelet enforces by evicting a pod that writes past it; without it none is set (the namespace's
   LimitRange, when there is one, applies).
 - **/workspace and /home/sandbox** stay the image's own directories, not emptyDirs: an image may ship files there
   (an emptyDir would hide them), the desktop's home holds the image's config, and it is what runs on Docker. The
@@ -36,6 +40,7 @@ import json
 import re
 from typing import Any
 
+from sandbox.backends import android
 from sandbox.backends.base import (
     INSTANCE_ENV,
     LABEL_INSTANCE,
@@ -46,6 +51,7 @@ from sandbox.backends.base import (
     MANAGED_BY,
 )
 from sandbox.backends.kubernetes.config import KubernetesConfig
+from sandbox.errors import FailedPrecondition
 from sandbox.models import NetworkPolicy, SandboxSpec
 from sandbox.protocol import LISTEN_ENV, TOKEN_FILE_ENV
 
@@ -122,6 +128,19 @@ def cpu_quantity(cpus: float) -> str:
     return f"{max(1, round(cpus * 1000))}m"
 
 
+def android_limits(config: KubernetesConfig, spec: SandboxSpec) -> dict[str, str]:
+    """The extended resource an android pod asks for (the node's KVM through a device plugin); FailedPrecondition
+    when the cluster has none configured, or the spec's memory cannot hold the emulator."""
+    if config.android_kvm_resource is None:
+        raise FailedPrecondition(
+            "android sandboxes need KVM on the node, through a device plugin (e.g. KubeVirt's "
+            "devices.kubevirt.io/kvm): this backend's android_kvm_resource is not set, so the cluster is taken to "
+            "have none"
+        )
+    android.check_resources(spec)
+    return {config.android_kvm_resource: "1"}
+
+
 def pod_manifest(
     config: KubernetesConfig,
     *,
@@ -153,7 +172,10 @@ def pod_manifest(
         INSTANCE_ENV: instance_id,
         LISTEN_ENV: f"0.0.0.0:{config.agent_port}",
         TOKEN_FILE_ENV: TOKEN_FILE,
+        **(android.environment(spec) if android.is_android(spec) else {}),
     }
+    devices = android_limits(config, spec) if android.is_android(spec) else {}
+    disk = {} if r.disk_mb is None else {"ephemeral-storage": f"{r.disk_mb}Mi"}
     mounts: list[dict[str, Any]] = [
         {"name": "agent-secret", "mountPath": SECRET_MOUNT, "readOnly": True},
         {"name": "shm", "mountPath": "/dev/shm"},
@@ -174,7 +196,7 @@ def pod_manifest(
         "ports": [{"name": AGENT_PORT_NAME, "containerPort": config.agent_port, "protocol": "TCP"}],
         "resources": {
             "requests": {"cpu": cpu_quantity(r.cpus * config.cpu_request_fraction), "memory": f"{r.memory_mb}Mi"},
-            "limits": {"cpu": cpu_quantity(r.cpus), "memory": f"{r.memory_mb}Mi"},
+            "limits": {"cpu": cpu_quantity(r.cpus), "memory": f"{r.memory_mb}Mi", **disk, **devices},
         },
         "securityContext": {
             "runAsNonRoot": True,
@@ -212,6 +234,8 @@ def pod_manifest(
         "containers": [container],
         "volumes": volumes,
     }
+    if devices and config.android_kvm_group is not None:
+        pod_spec["securityContext"]["supplementalGroups"] = [config.android_kvm_group]
     if config.runtime_class:
         pod_spec["runtimeClassName"] = config.runtime_class
     if config.node_selector:
