@@ -3,12 +3,7 @@ streamed 20 MiB download, a websocket, and who may open them (bearer token, port
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,13 +11,13 @@ import pytest
 from websockets.sync.client import connect
 
 from tests.conftest import OWNER, RUN_ID
+from tests.docker.servers import ServerProcess, started
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.docker
 
 TOKEN = "preview-alpha-token-0123456789"
 OTHER_TOKEN = "preview-beta-token-0123456789"
-SANDBOX_BIN = str(Path(sys.executable).with_name("sandbox"))
 STATIC_PORT, APP_PORT, CLOSED_PORT = 8000, 8001, 8009
 MIB = 1 << 20
 
@@ -82,54 +77,19 @@ class Server:
         return dict(self.ok(self.http.post(f"/v1/sandboxes/{sandbox_id}/exec", json=body)))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    workdir = tmp_path_factory.mktemp("preview-server")
-    tokens = workdir / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: "alpha", OTHER_TOKEN: "beta"}))
-    http_port = _free_port()
-    log = workdir / "server.log"
-    with log.open("wb") as log_file:
-        process = subprocess.Popen(
-            [
-                SANDBOX_BIN, "server", "--host", "127.0.0.1", "--grpc-port", str(_free_port()),
-                "--http-port", str(http_port), "--tokens-file", str(tokens), "--owner", OWNER,
-                "--socket-root", f"/run/sbx-test-{RUN_ID}", "--state", str(workdir / "state.json"),
-            ],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{http_port}"
-        server = Server(url)
+    """A real control plane, its containers labelled with this test run's owner."""
+    process = ServerProcess(
+        tmp_path_factory.mktemp("preview-server"), owner=OWNER, socket_root=f"/run/sbx-test-{RUN_ID}",
+        tokens={TOKEN: "alpha", OTHER_TOKEN: "beta"},
+    )  # fmt: skip
+    with started(process):
+        server = Server(process.http_url)
         try:
-
-            def up() -> bool:
-                if process.poll() is not None:
-                    raise AssertionError(f"server exited: {log.read_text()}")
-                try:
-                    return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_until(up, within=30, what="the server to answer")
             yield server
         finally:
             server.http.close()
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            print(log.read_text()[-3000:])
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,7 @@ Screenshots of every page land in the test's tmp dir and, for a look while devel
 from __future__ import annotations
 
 import io
-import json
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,12 +21,12 @@ from PIL import Image, ImageChops, ImageStat
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.conftest import OWNER, RUN_ID
+from tests.docker.servers import ServerProcess, started
 
 pytestmark = pytest.mark.docker
 
 TOKEN = "webview-alpha-token-0123456789"
 OTHER_TOKEN = "webview-beta-token-0123456789"
-SANDBOX_BIN = str(Path(sys.executable).with_name("sandbox"))
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -40,12 +35,6 @@ CHROMIUM_ARGS = [
 SHOTS = Path("/tmp/webview-shots")
 WIDTH, HEIGHT = 1024, 768
 GREEN = (0, 255, 0)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.2) -> Any:
@@ -92,45 +81,16 @@ class Server:
 @pytest.fixture(scope="module")
 def server(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A real control plane, its containers labelled with this test run's owner."""
-    workdir = tmp_path_factory.mktemp("webview-server")
-    tokens = workdir / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: "alpha", OTHER_TOKEN: "beta"}))
-    http_port = _free_port()
-    log = workdir / "server.log"
-    log_file = log.open("wb")
-    process = subprocess.Popen(
-        [
-            SANDBOX_BIN, "server", "--host", "127.0.0.1", "--grpc-port", str(_free_port()),
-            "--http-port", str(http_port), "--tokens-file", str(tokens), "--owner", OWNER,
-            "--socket-root", f"/run/sbx-test-{RUN_ID}", "--state", str(workdir / "state.json"),
-        ],
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
+    process = ServerProcess(
+        tmp_path_factory.mktemp("webview-server"), owner=OWNER, socket_root=f"/run/sbx-test-{RUN_ID}",
+        tokens={TOKEN: "alpha", OTHER_TOKEN: "beta"},
     )  # fmt: skip
-    url = f"http://127.0.0.1:{http_port}"
-    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
-    try:
-
-        def up() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(f"server exited: {log.read_text()}")
-            try:
-                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        _wait_for("the server to answer", up, timeout=30, interval=0.05)
-        yield Server(url, http)
-    finally:
-        http.close()
-        process.send_signal(signal.SIGTERM)
+    with started(process):
+        http = httpx.Client(base_url=process.http_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
         try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log_file.close()
-        print(log.read_text()[-3000:])
+            yield Server(process.http_url, http)
+        finally:
+            http.close()
 
 
 @pytest.fixture(scope="module")

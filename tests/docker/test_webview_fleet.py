@@ -26,7 +26,8 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
-from tests.docker.test_webview import CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_for, shoot
+from tests.docker.servers import free_port
+from tests.docker.test_webview import CHROMIUM, CHROMIUM_ARGS, _wait_for, shoot
 
 pytestmark = pytest.mark.docker
 
@@ -59,7 +60,7 @@ def fleet() -> Iterator[Fleet]:
     workdir = Path(tempfile.mkdtemp(prefix="sbx-fleet-", dir="/tmp"))
     tokens = workdir / "tokens.json"
     tokens.write_text(json.dumps({ALPHA_TOKEN: "alpha", BETA_TOKEN: "beta"}))
-    ready, sockets, port = workdir / "ready.json", workdir / "s", _free_port()
+    ready, sockets, port = workdir / "ready.json", workdir / "s", free_port()
     log = (workdir / "fleet.log").open("wb")
     process = subprocess.Popen(
         [
@@ -219,13 +220,13 @@ def test_the_list_page_finds_the_one_in_300(fleet: Fleet, browser: Browser, tmp_
     settle(page, f"1-{len(failed)} of {len(failed)} (of 280)")
     assert set(shown(page)) == set(failed) and "state=failing" in page.url
     page.select_option("#state", "")
-    before = len(thumbs)  # the page is scrolled to its top
+    asked_so_far = len(thumbs)  # the page is scrolled to its top
     page.select_option("#kind", "desktop")
     desktops = [i for i in alpha if kinds[i] == "desktop"]
     settle(page, f"1-24 of {len(desktops)} (of 280)")
     assert all(kinds[i] == "desktop" for i in shown(page))
     page.wait_for_timeout(1500)
-    visible, asked = on_screen(page), set(thumbs[before:])
+    visible, asked = on_screen(page), set(thumbs[asked_so_far:])
     assert asked and asked <= visible and len(visible) < PAGE_SIZE, (asked - visible, len(visible))
     page.select_option("#kind", "")
     settle(page, "1-24 of 280")
