@@ -28,8 +28,9 @@ A pooled connection that Redis closed (say, after a restart) is replaced before 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -148,12 +149,31 @@ class RedisStore(Store):
 
     async def ping(self) -> None:
         """Raise ``Unavailable`` unless Redis answers a PING."""
-        await self._run(self._client.ping(), "PING")
+        await self._read(self._client.ping, "PING")
+
+    async def _read(self, make: Callable[[], Awaitable[T]], what: str) -> T:
+        """A read, sent once more on a new connection when its connection turns out closed: after Redis restarts,
+        the pool's idle connections are dead, and the first command on each fails before the server sees it.
+        Reads only: a write that fails that way may still have been done."""
+        try:
+            return await make()
+        except (rexc.ConnectionError, OSError) as e:
+            self._log.info("Redis at %s: %s failed on a closed connection (%s); once more", self._where, what, e)
+            await self._drop_idle_connections()
+        return await self._run(make(), what)
+
+    async def _drop_idle_connections(self) -> None:
+        """After one connection failed, the pool's idle ones likely point at the same gone server: close them, so
+        that each later command does not find that out again (commands under way keep theirs)."""
+        with contextlib.suppress(Exception):
+            await self._client.connection_pool.disconnect(inuse_connections=False)
 
     async def _run(self, command: Awaitable[T], what: str) -> T:
         try:
             return await command
         except (rexc.ConnectionError, rexc.TimeoutError, rexc.ReadOnlyError, OSError) as e:
+            if isinstance(e, rexc.ConnectionError | OSError):
+                await self._drop_idle_connections()
             raise Unavailable(
                 f"Redis at {self._where} does not answer ({what}): {e or type(e).__name__}; "
                 "is redis-server running and reachable?"
@@ -183,7 +203,7 @@ class RedisStore(Store):
         return Versioned(doc, number)
 
     async def _get(self, collection: str, key: str) -> dict[str, Any] | None:
-        text = await self._run(self._client.hget(self._key("doc", collection), key), "HGET")
+        text = await self._read(lambda: self._client.hget(self._key("doc", collection), key), "HGET")
         return None if text is None else decode_document(text, f"{collection}/{key} in Redis at {self._where}")
 
     async def _get_versioned(self, collection: str, key: str) -> Versioned | None:
@@ -195,7 +215,7 @@ class RedisStore(Store):
                 pipe.hget(versions, key)
                 return await pipe.execute()
 
-        text, version = await self._run(read(), "MULTI HGET")
+        text, version = await self._read(read, "MULTI HGET")
         return None if text is None else self._versioned(collection, key, text, version)
 
     async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> int:
@@ -214,7 +234,7 @@ class RedisStore(Store):
         return bool(await self._run(script, "delete_if_version"))
 
     async def _all(self, collection: str) -> dict[str, dict[str, Any]]:
-        found = await self._run(self._client.hgetall(self._key("doc", collection)), "HGETALL")
+        found = await self._read(lambda: self._client.hgetall(self._key("doc", collection)), "HGETALL")
         where = f"in Redis at {self._where}"
         return {_str(k): decode_document(v, f"{collection}/{_str(k)} {where}") for k, v in found.items()}
 
@@ -227,7 +247,7 @@ class RedisStore(Store):
                 pipe.hgetall(versions)
                 return await pipe.execute()
 
-        found, numbers = await self._run(read(), "MULTI HGETALL")
+        found, numbers = await self._read(read, "MULTI HGETALL")
         numbers = {_str(k): v for k, v in numbers.items()}
         return {_str(k): self._versioned(collection, _str(k), v, numbers.get(_str(k))) for k, v in found.items()}
 
@@ -246,7 +266,9 @@ class RedisStore(Store):
         return bool(await self._run(self._client.lrem(self._key("queue", queue), 0, item), "LREM"))
 
     async def _items(self, queue: str) -> list[str]:
-        return [_str(i) for i in await self._run(self._client.lrange(self._key("queue", queue), 0, -1), "LRANGE")]
+        return [
+            _str(i) for i in await self._read(lambda: self._client.lrange(self._key("queue", queue), 0, -1), "LRANGE")
+        ]
 
     # leased locks
 
@@ -260,7 +282,7 @@ class RedisStore(Store):
         return bool(await self._run(self._unlock_script(keys=[self._key("lock", name)], args=[owner]), "unlock"))
 
     async def _holder(self, name: str) -> str | None:
-        owner = await self._run(self._client.get(self._key("lock", name)), "GET")
+        owner = await self._read(lambda: self._client.get(self._key("lock", name)), "GET")
         return None if owner is None else _str(owner)
 
     # counters
@@ -269,7 +291,7 @@ class RedisStore(Store):
         return int(await self._run(self._client.incrby(self._key("counter", name), by), "INCRBY"))
 
     async def _counter(self, name: str) -> int:
-        value = await self._run(self._client.get(self._key("counter", name)), "GET")
+        value = await self._read(lambda: self._client.get(self._key("counter", name)), "GET")
         if value is None:
             return 0
         try:

@@ -42,6 +42,29 @@ async def test_redis_restart_fails_calls_then_recovers() -> None:
         await store.close()
 
 
+async def test_reads_after_a_restart_do_not_fail_on_the_pools_dead_connections() -> None:
+    """Redis restarted while the pool held idle connections: every one is dead, and a read sent on one failed with
+    "Connection closed by server" (CI: an adopted sandbox's ReadFile answered UNAVAILABLE after the restart had
+    passed). A read goes once more on a new connection; the store answers as soon as Redis does."""
+    with RedisServer() as server:
+        store = await RedisStore.open(server.url, logger=LOGGER)
+        await asyncio.gather(*(store.get("c", f"k{i}") for i in range(8)))  # the pool holds several connections
+        await asyncio.to_thread(server.stop)
+        await asyncio.to_thread(server.start)
+        reads = await asyncio.gather(  # each would have met a dead connection of the pool
+            *(store.get("c", "k") for _ in range(8)),
+            *(store.get_versioned("c", "k") for _ in range(4)),
+            store.all("c"),
+            store.items("q"),
+            store.holder("l"),
+            store.counter("n"),
+        )
+        assert reads == [None] * 12 + [{}, [], None, 0]
+        await store.put("c", "k", {"v": 1})  # the pool's dead connections are gone: a write finds none either
+        assert await asyncio.gather(*(store.get("c", "k") for _ in range(8))) == [{"v": 1}] * 8
+        await store.close()
+
+
 async def test_redis_key_layout(redis_server: RedisServer) -> None:
     namespace = f"test-{secrets.token_hex(4)}"
     store = await RedisStore.open(redis_server.url, namespace=namespace, logger=LOGGER)
