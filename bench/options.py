@@ -48,10 +48,10 @@ class Options:
     spawn_loop_count: int = 2000
     """throughput: ``/bin/true`` spawned by the shell loop in each sandbox that measures the machine's spawn limit."""
 
-    density_max_terminal: int = 400
-    density_max_desktop: int = 60
-    density_step_terminal: int = 25
-    density_step_desktop: int = 5
+    density_max_terminal: int = 650
+    density_max_desktop: int = 130
+    density_step_terminal: int = 50
+    density_step_desktop: int = 10
     density_samples: int = 200
     """Steps timed at each point of the ramp, spread over the sandboxes held."""
     density_p99_ms: float = 100.0

@@ -45,15 +45,21 @@ class Scripted:
     actions: list[Action]
 
 
+OPT_IN_KINDS = frozenset({"android"})
+"""Kinds the demo runs only when asked by name: an android sandbox needs KVM and an image built from a local SDK."""
+
+
 def load_scripted(folder: str | Path, kinds: set[str] | None = None) -> list[Scripted]:
-    """The tasks of ``folder`` (recursively) that have a reference solution beside them, by file name."""
+    """The tasks of ``folder`` (recursively) that have a reference solution beside them, by file name; with no
+    ``kinds``, those of every kind but ``OPT_IN_KINDS``."""
     from sandbox.tasks.actions import load_actions
     from sandbox.tasks.model import Task
 
     found = []
     for solution in sorted(Path(folder).rglob(f"*{SOLUTION}")):
         task = Task.from_file(solution.with_name(solution.name.removesuffix(SOLUTION) + ".json"))
-        if kinds is None or task.sandbox.kind.value in kinds:
+        kind = task.sandbox.kind.value
+        if (kind in kinds) if kinds is not None else (kind not in OPT_IN_KINDS):
             found.append(Scripted(task, load_actions(solution)))
     return found
 
@@ -241,9 +247,17 @@ def demo(
 
     try:
         plan = load_scripted(tasks, set(kinds) if kinds else None)
+        left_out = (
+            sorted({s.task.sandbox.kind.value for s in load_scripted(tasks, set(OPT_IN_KINDS))}) if not kinds else []
+        )
     except SandboxError as e:
         err_console.print(f"[red]error[/red]: {escape(e.message)}")
         raise typer.Exit(2) from None
+    if left_out:
+        err_console.print(
+            f"not running the {', '.join(left_out)} tasks: ask for them with --kind (an android sandbox needs KVM "
+            "and an image built from an Android SDK, docs/android.md)"
+        )
     if not plan:
         err_console.print(f"no tasks with a {SOLUTION} in {tasks}: run it from the repository or pass --tasks")
         raise typer.Exit(2)

@@ -46,9 +46,16 @@ class NetworkPolicy(enum.StrEnum):
     """Outbound access through the engine's default bridge. Opt-in only."""
 
 
+ANDROID_MEMORY_MB = 4096
+"""An android sandbox's memory when its spec names none: the emulator's guest RAM, the emulator and adb, with room
+(``sandbox.backends.android.MIN_MEMORY_MB`` is the least it boots with)."""
+
+
 class Resources(Model):
     cpus: float = Field(1.0, gt=0, le=64, description="CPU cores the sandbox may use.")
-    memory_mb: int = Field(2048, ge=64, le=262_144, description="Memory limit, swap included.")
+    memory_mb: int = Field(
+        2048, ge=64, le=262_144, description="Memory limit, swap included (android: 4096 when not given)."
+    )
     pids: int = Field(512, ge=16, le=65_536, description="Process and thread limit (stops fork bombs).")
     shm_mb: int = Field(256, ge=16, le=16_384, description="Size of /dev/shm (Chromium needs room here).")
     disk_mb: int | None = Field(
@@ -105,6 +112,15 @@ class SandboxSpec(Model):
         1800, gt=0, le=MAX_LEASE_S, description="Lease: deleted after this long with no call on it; None: never."
     )
     auto_recover: StrictBool = Field(False, description="Replace the sandbox when it fails a health check.")
+
+    @model_validator(mode="after")
+    def _kind_defaults(self) -> SandboxSpec:
+        """An android spec that names no memory gets the emulator's (the common default cannot boot it)."""
+        if self.kind is SandboxKind.ANDROID and "memory_mb" not in self.resources.model_fields_set:
+            resources = self.resources.model_copy(update={"memory_mb": ANDROID_MEMORY_MB})
+            resources.model_fields_set.add("memory_mb")
+            object.__setattr__(self, "resources", resources)
+        return self
 
 
 class SandboxState(enum.StrEnum):

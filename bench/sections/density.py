@@ -27,7 +27,7 @@ from sandbox.client import AsyncClient, AsyncSandbox
 from sandbox.errors import SandboxError
 
 NAME = "density"
-TARGET = {"terminal": 400, "desktop": 60}
+TARGET = {"terminal": 600, "desktop": 120}
 FIRST_GUESS = {"terminal": 96 * MIB, "desktop": 320 * MIB}
 """Host memory per sandbox assumed before the first batch is measured."""
 MARGIN = 1.25

@@ -19,7 +19,8 @@ from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.errors import FailedPrecondition
-from sandbox.models import SandboxSpec
+from sandbox.models import ANDROID_MEMORY_MB, SandboxSpec
+from sandbox.wire.convert import spec_from_proto, spec_to_proto
 
 KVM_GID = 4242
 PHONE = {"kind": "android", "resources": {"memory_mb": 4096}}
@@ -97,8 +98,17 @@ async def test_docker_create_refuses_without_kvm_before_touching_the_engine(tmp_
 async def test_docker_create_refuses_an_android_spec_too_small_for_the_emulator(tmp_path: Path, kvm: Path) -> None:
     backend = docker_backend(tmp_path, kvm)
     with pytest.raises(FailedPrecondition, match=f"resources.memory_mb >= {android.MIN_MEMORY_MB}"):
-        await backend.create("andr-4", SandboxSpec(kind="android"))  # the default 2048 MB
+        await backend.create("andr-4", SandboxSpec(kind="android", resources={"memory_mb": 2048}))
     assert backend._client is None
+
+
+def test_an_android_spec_that_names_no_memory_gets_the_emulators() -> None:
+    assert SandboxSpec(kind="android").resources.memory_mb == ANDROID_MEMORY_MB >= android.MIN_MEMORY_MB
+    assert SandboxSpec(kind="android", resources={"cpus": 2}).resources.memory_mb == ANDROID_MEMORY_MB
+    assert SandboxSpec(kind="android", resources={"memory_mb": 3072}).resources.memory_mb == 3072
+    assert SandboxSpec(kind="terminal").resources.memory_mb == 2048
+    spec = SandboxSpec(kind="android")
+    assert spec_from_proto(spec_to_proto(spec)) == spec == SandboxSpec.model_validate_json(spec.model_dump_json())
 
 
 async def test_kubernetes_create_refuses_android_without_a_kvm_plugin(tmp_path: Path) -> None:
