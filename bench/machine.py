@@ -67,6 +67,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+CGROUP_CPU = (
+    "/sys/fs/cgroup/cpuacct/docker/{id}/cpuacct.usage",  # v1: nanoseconds
+    "/sys/fs/cgroup/system.slice/docker-{id}.scope/cpu.stat",  # v2, systemd driver: usage_usec
+    "/sys/fs/cgroup/docker/{id}/cpu.stat",  # v2, cgroupfs driver
+)
+
+
+def container_cpu_seconds(container_id: str) -> float | None:
+    """CPU seconds every process of a container has used so far, from its cgroup; None when none is found."""
+    for pattern in CGROUP_CPU:
+        try:
+            with open(pattern.format(id=container_id)) as f:
+                text = f.read()
+        except OSError:
+            continue
+        if pattern.endswith("cpuacct.usage"):
+            return int(text) / 1e9
+        for line in text.splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+    return None
+
+
 def busy_seconds() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine since boot, summed over its cores (from /proc/stat)."""
     with open("/proc/stat") as f:

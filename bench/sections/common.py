@@ -45,6 +45,8 @@ class Load:
     latencies: list[float]
     """Of the calls that ended inside the measured window."""
     seconds: float
+    calls: int = 0
+    """Every call made, the warm-up's included."""
 
     @property
     def rate(self) -> float:
@@ -57,17 +59,20 @@ async def closed_loop(call: Callable[[int], Awaitable[None]], workers: int, seco
     started = time.perf_counter()
     window_start, window_end = started + warmup_s, started + warmup_s + seconds
     latencies: list[float] = []
+    calls = 0
 
     async def loop(worker: int) -> None:
+        nonlocal calls
         while time.perf_counter() < window_end:
             begun = time.perf_counter()
             await call(worker)
+            calls += 1
             ended = time.perf_counter()
             if window_start <= ended <= window_end:
                 latencies.append(ended - begun)
 
     await asyncio.gather(*(loop(w) for w in range(workers)))
-    return Load(latencies, seconds)
+    return Load(latencies, seconds, calls)
 
 
 def check_exec(obs: Observation) -> None:

@@ -20,6 +20,7 @@ from bench.harness import Bench, SectionResult
 from bench.report import Row, Target
 from bench.sections.common import closed_loop, step_true
 from bench.stats import Summary, Value, gain, speedup
+from bench.step_cpu import CpuSplit, StepCpuMeter
 from sandbox.client import AsyncSandbox, AsyncStepStream
 from sandbox.models import Observation
 
@@ -30,6 +31,14 @@ NO_SPAWN = {"type": "exec", "cmd": ":", "session": "bench"}
 """A step that starts no process: a builtin in the sandbox's persistent shell session."""
 NO_SPAWN_TARGET = 2000.0
 SPAWN_FRACTION_TARGET = 0.5
+
+
+def _cpu_rows(what: str, split: CpuSplit | None, steps: int) -> list[Row]:
+    """CPU per step, all told, with each part's share in the note (none when the cgroups cannot be read)."""
+    if split is None or steps == 0:
+        return []
+    total = Value(1000 * split.total / steps, "ms CPU", n=steps)
+    return [Row(NAME, f"CPU per {what}, all processes", total, note=split.describe(steps))]
 
 
 def _check_no_spawn(obs: Observation) -> None:
@@ -66,7 +75,10 @@ async def run(bench: Bench) -> SectionResult:
         sandboxes = await asyncio.gather(*(create() for _ in range(n)))
         containers = await asyncio.gather(*(bench.container_of(s) for s in sandboxes))
         progress.say(f"throughput: {n} sandboxes, SDK steps for {seconds:g} s")
+        meter = StepCpuMeter(platform.server.pid, containers)
+        meter.start()
         ours = await closed_loop(lambda i: step_true(sandboxes[i]), n, seconds, WARMUP_S)
+        exec_cpu = meter.stop()
         progress.say(f"throughput: {ours.rate:.0f} steps/s; docker exec for {seconds:g} s")
         docker = await closed_loop(lambda i: bench.docker.exec(containers[i], "true"), n, seconds, WARMUP_S)
         progress.say(f"throughput: docker exec {docker.rate:.1f}/s; steps in a shell session for {seconds:g} s")
@@ -76,7 +88,9 @@ async def run(bench: Bench) -> SectionResult:
             async def no_spawn(i: int) -> None:
                 _check_no_spawn(await streams[i].step(NO_SPAWN))
 
+            meter.start()
             quiet = await closed_loop(no_spawn, n, seconds, WARMUP_S)
+            quiet_cpu = meter.stop()
         progress.say(f"throughput: {quiet.rate:.0f} no-spawn steps/s; the spawn limit")
         per_container = bench.options.spawn_loop_count
         spawns, slowest = await _spawn_limit(bench, containers, per_container)
@@ -99,6 +113,8 @@ async def run(bench: Bench) -> SectionResult:
             Value(quiet.rate, "steps/s", n=len(quiet.latencies)), limit, spawn_loops, gain(quiet.rate, spawns),
             Target(f"≥ {NO_SPAWN_TARGET:,.0f} steps/s", quiet.rate >= NO_SPAWN_TARGET)),
         Row(NAME, "no-spawn step latency under that load", quiet_lat),
+        *_cpu_rows("exec step of `true`", exec_cpu, ours.calls),
+        *_cpu_rows("no-spawn step", quiet_cpu, quiet.calls),
     ]  # fmt: skip
     details = {
         "seconds": seconds,
