@@ -8,12 +8,13 @@ import time
 import pytest
 
 from bench.cli import Outcome, _stem, parse
-from bench.machine import CpuMeter, mem_available, pids_named, rss
+from bench.machine import CpuMeter, container_cpu_seconds, mem_available, pids_named, rss
 from bench.options import QUICK, SECTION_NAMES, Options, make_options
 from bench.report import Row, Target, format_latency, format_ratio, render_markdown, render_text
 from bench.sections import SECTIONS
 from bench.sections.density import _target
 from bench.stats import Summary, Value, gain, percentile, speedup
+from bench.step_cpu import CpuSplit
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:
@@ -101,9 +102,11 @@ def test_command_line() -> None:
 
 def test_density_target_is_untested_when_the_ramp_stops_below_it() -> None:
     assert _target("terminal", 20, maximum=20).met is None
-    assert _target("terminal", 400, maximum=400).met is True
-    assert _target("terminal", 250, maximum=400).met is False
-    assert _target("desktop", 10, maximum=20).met is False
+    assert _target("terminal", 400, maximum=400).met is None  # the ramp stopped at its maximum, below 600
+    assert _target("terminal", 650, maximum=650).met is True
+    assert _target("terminal", 450, maximum=650).met is False
+    assert _target("desktop", 120, maximum=130).met is True
+    assert _target("desktop", 10, maximum=130).met is False
 
 
 def test_host_figures_of_this_process() -> None:
@@ -127,3 +130,11 @@ def test_only_a_complete_full_run_replaces_the_latest_table() -> None:
     assert _stem(full, Outcome(started_at="t", failures={"step": "broke"})) == "partial"
     assert _stem(full, Outcome(started_at="t", interrupted=True)) == "partial"
     assert _stem(make_options(quick=False, overrides={"sections": ("step",)}), Outcome(started_at="t")) == "partial"
+
+
+def test_a_steps_cpu_split_per_step_and_an_unknown_container() -> None:
+    split = CpuSplit(client=0.5, control_plane=1.0, sandboxes=2.0, other=0.5)
+    assert split.total == 4.0
+    assert split.per_step_ms(1000) == {"client": 0.5, "control plane": 1.0, "sandboxes": 2.0, "other": 0.5}
+    assert split.describe(1000) == "client 0.50 ms, control plane 1.00 ms, sandboxes 2.00 ms, other 0.50 ms"
+    assert container_cpu_seconds("0" * 64) is None  # no such cgroup: the rows are left out, never made up
