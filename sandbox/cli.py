@@ -147,10 +147,10 @@ def _backend_settings(config: Any, *, owner: str | None, socket_root: str | None
 
 KindsArg = Annotated[
     list[str] | None,
-    typer.Argument(help="terminal, desktop, browser, controlplane (default: the sandbox kinds, not controlplane)."),
+    typer.Argument(help="terminal, desktop, browser, terminal-jupyter, controlplane (default: all but controlplane)."),
 ]
 PushKindsArg = Annotated[
-    list[str] | None, typer.Argument(help="terminal, desktop, browser, controlplane (default: all of them).")
+    list[str] | None, typer.Argument(help="terminal, desktop, browser, terminal-jupyter, controlplane (default: all).")
 ]
 RecipesDirOpt = Annotated[
     Path | None, typer.Option(help="Directory of the image recipes (default: the checkout's images/).")
@@ -158,9 +158,9 @@ RecipesDirOpt = Annotated[
 
 
 def _image_kinds(kinds: list[str] | None) -> list[str]:
-    from sandbox.backends.docker.images import KINDS
+    from sandbox.backends.docker.images import SANDBOX_IMAGES
 
-    return kinds or list(KINDS)
+    return kinds or list(SANDBOX_IMAGES)
 
 
 def _progress(line: str) -> None:
@@ -414,6 +414,9 @@ def preview_url(
     sandbox_id: Annotated[str, typer.Argument(help="Sandbox id.")],
     port: Annotated[int, typer.Argument(help="A port the sandbox listens on, 1024-65535.")],
     ttl: Annotated[float | None, typer.Option(help="Seconds the URL's ticket lasts [default: 300].")] = None,
+    full_path: Annotated[
+        bool, typer.Option("--full-path", help="The /apps/PORT/ form: the app gets the whole path.")
+    ] = False,
     target: TargetOpt = DEFAULT_TARGET,
     token: TokenOpt = None,
 ) -> None:
@@ -428,7 +431,7 @@ def preview_url(
         raise typer.Exit(2) from None
     try:
         with _client(target, token) as client:
-            url = client.get(sandbox_id).url(port, ttl=ttl)
+            url = client.get(sandbox_id).url(port, ttl=ttl, full_path=full_path)
     except SandboxError as e:
         _fail(e)
     sys.stdout.write(url + "\n")  # not rich: a long URL must not wrap

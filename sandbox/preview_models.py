@@ -12,6 +12,11 @@ class UrlRequest(Model):
 
     port: int = Field(ge=1024, le=65535, description="A port in the sandbox (not the platform's own).")
     ttl_s: float | None = Field(None, gt=0, le=86400, description="The ticket's lifetime (default 300 s).")
+    full_path: bool = Field(
+        False,
+        description="The form at /v1/sandboxes/{id}/apps/{port}/, whose app gets the whole path, prefix included "
+        "(for apps told their base path: Jupyter's base_url); false: /ports/{port}/, the prefix stripped.",
+    )
 
 
 class PortUrl(Model):
@@ -19,7 +24,10 @@ class PortUrl(Model):
 
     port: int
     url: str = Field(description="Open this: the preview with its ticket (traded for a cookie on first use).")
-    path: str = Field(description="The port's path prefix on the control plane, /v1/sandboxes/{id}/ports/{port}/.")
+    path: str = Field(
+        description="The preview's path prefix on the control plane, /v1/sandboxes/{id}/ports/{port}/ (or "
+        "/apps/{port}/ for full_path: the app's base path)."
+    )
     ticket: str = Field(description="Opens this port of this sandbox only; redeem it before expires_at.")
     expires_at: float
 

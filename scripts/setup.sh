@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepares this machine for development and tests: Debian packages, a running dockerd, the virtualenv and the
-# sandbox images. Idempotent; one line per step when there is nothing to do.
+# sandbox images (every kind's and every variant's, e.g. terminal-jupyter: `sandbox images build` with no kind).
+# Idempotent; one line per step when there is nothing to do.
 #   SANDBOX_SKIP_IMAGES=1   skip building the images
 set -euo pipefail
 

@@ -26,6 +26,8 @@ from sandbox.api.grpc_probes import add_probes, follow_readiness
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.service.preview import PreviewLinks, port_url
+from sandbox.service.trajectory_ops import RECORD_NEEDS_A_TASK
+from sandbox.trajectories.models import MEDIA_CHUNK_BYTES
 from sandbox.wire import convert
 from sandbox.wire import episodes as wire_episodes
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
@@ -148,8 +150,12 @@ class SandboxServicer:
             if snapshot is not None:
                 raise InvalidArgument("reset to a task or to a snapshot, not both")
             task = self._service.load_task(request.task_json, fixtures=dict(request.fixtures))
-            info, obs = await self._service.reset_to_task(principal, request.sandbox_id, task)
+            info, obs = await self._service.reset_to_task(
+                principal, request.sandbox_id, task, record_screen=request.record
+            )
             return pb.ResetResponse(sandbox=convert.info_to_proto(info), observation=convert.observation_to_proto(obs))
+        if request.record:
+            raise InvalidArgument(RECORD_NEEDS_A_TASK)
         info = await self._service.reset(principal, request.sandbox_id, snapshot=snapshot)
         return pb.ResetResponse(sandbox=convert.info_to_proto(info))
 
@@ -286,6 +292,22 @@ class SandboxServicer:
         return wire_episodes.screenshot_to_proto(shot)
 
     @_unary
+    async def GetTrajectoryMedia(
+        self, principal: Principal, request: pb.GetTrajectoryMediaRequest
+    ) -> pb.GetTrajectoryMediaResponse:
+        length = request.length if request.HasField("length") else MEDIA_CHUNK_BYTES
+        if request.offset < 0 or length < 0:
+            raise InvalidArgument("offset and length must be >= 0")
+        ref, data = await self._service.trajectory_media(
+            principal,
+            request.trajectory_id,
+            request.sha256,
+            offset=request.offset,
+            length=min(length, MEDIA_CHUNK_BYTES),
+        )
+        return pb.GetTrajectoryMediaResponse(media=wire_episodes.media_ref_to_proto(ref), data=data)
+
+    @_unary
     async def DeleteTrajectory(
         self, principal: Principal, request: pb.DeleteTrajectoryRequest
     ) -> pb.DeleteTrajectoryResponse:
@@ -307,6 +329,7 @@ class SandboxServicer:
             wanted.port,
             ttl_s=wanted.ttl_s,
             base_url=preview.base_url,
+            full_path=wanted.full_path,
         )
         return convert.port_url_to_proto(minted)
 

@@ -1,4 +1,10 @@
-"""Preview URLs: HTTP and websockets to a port inside a sandbox, at ``/v1/sandboxes/{id}/ports/{port}/...``.
+"""Preview URLs: HTTP and websockets to a port inside a sandbox, in two forms that differ only in the path the app
+gets and in what the proxy rewrites:
+
+- ``/v1/sandboxes/{id}/ports/{port}/...``: the prefix is stripped (the app sees ``/...``), and a ``Location`` or
+  ``Set-Cookie`` path from the app's root is moved into the prefix;
+- ``/v1/sandboxes/{id}/apps/{port}/...`` (full path): the app gets the whole path, prefix included, and its
+  ``Location`` and ``Set-Cookie`` pass unchanged: for apps told their base path (Jupyter's ``base_url``).
 
 Every request opens one tunnel through the sandbox's agent (the same guarded channel as VNC: no network is
 needed in the sandbox, and the agent refuses the platform's own ports, see ``sandbox.agent.ports``), speaks
@@ -9,11 +15,12 @@ Access, checked on every request (the sandbox must still be the caller's: anothe
 
 - ``Authorization: Bearer <token>`` (the token is not passed on to the app), or
 - a port ticket from ``POST /v1/sandboxes/{id}/urls`` (``?ticket=`` in the URL ``sandbox.url(port)`` returns).
-  The proxy trades it for an HttpOnly cookie scoped to the port's path prefix and redirects to the same URL
-  without it, so the app never sees it; a ticket opens that one port of that one sandbox.
+  The proxy trades it for an HttpOnly cookie scoped to the form's path prefix and redirects to the same URL
+  without it, so the app never sees it; a ticket opens that one port of that one sandbox, in either form.
 
 Nothing listening on the port is 502 with a message saying so. The app is told its base path in
-``X-Forwarded-Prefix``; an app that assumes it runs at ``/`` must be told its base path (see docs/preview.md).
+``X-Forwarded-Prefix`` (both forms); an app that assumes it runs at ``/`` must be told its base path, and one told
+it wants the full-path form (see docs/preview.md).
 """
 
 from __future__ import annotations
@@ -37,17 +44,19 @@ from sandbox.api.rest.errors import error_response
 from sandbox.errors import SandboxError, Unauthenticated
 from sandbox.preview_models import ListeningPort, PortUrl, UrlRequest
 from sandbox.service import Principal, SandboxService, TokenRegistry
-from sandbox.service.preview import port_url
+from sandbox.service.preview import port_path, port_url
 from sandbox.service.tickets import TicketIssuer
 from sandbox.wire.status import http_status
 
 PORTS = "/v1/sandboxes/{sandbox_id}/ports/{port:int}"
+APPS = "/v1/sandboxes/{sandbox_id}/apps/{port:int}"
 CHUNK = 1 << 16
 BAD_GATEWAY = 502
 
 
-def prefix_of(sandbox_id: str, port: int) -> str:
-    return f"/v1/sandboxes/{sandbox_id}/ports/{port}"
+def prefix_of(sandbox_id: str, port: int, *, full_path: bool = False) -> str:
+    """The preview's path prefix, without its trailing slash."""
+    return port_path(sandbox_id, port, full_path=full_path).rstrip("/")
 
 
 class PreviewProxy:
@@ -77,8 +86,15 @@ class PreviewProxy:
     # ------------------------------------------------------------------ HTTP
 
     async def http(self, request: Request) -> Response:
+        return await self.http_form(request, full_path=False)
+
+    async def http_full_path(self, request: Request) -> Response:
+        return await self.http_form(request, full_path=True)
+
+    async def http_form(self, request: Request, *, full_path: bool) -> Response:
+        """One HTTP request to the app; ``full_path``: the ``/apps/`` form (the whole path, no header rewriting)."""
         sandbox_id, port = str(request.path_params["sandbox_id"]), int(request.path_params["port"])
-        prefix = prefix_of(sandbox_id, port)
+        prefix = prefix_of(sandbox_id, port, full_path=full_path)
         try:
             ticket = request.query_params.get("ticket")
             if ticket is not None:
@@ -92,7 +108,7 @@ class PreviewProxy:
         except SandboxError as e:
             return error_response(http_status(e), e.code, e.message)
         try:
-            return await self._exchange(request, reader, writer, prefix)
+            return await self._exchange(request, reader, writer, prefix, full_path=full_path)
         except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError) as e:
             writer.close()
             message = f"the app on port {port} of sandbox {sandbox_id} broke off or answered no HTTP: {e!r}"
@@ -118,7 +134,13 @@ class PreviewProxy:
         return response
 
     async def _exchange(
-        self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prefix: str
+        self,
+        request: Request,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        prefix: str,
+        *,
+        full_path: bool,
     ) -> Response:
         host = request.headers.get("host", "")
         headers = request_headers(
@@ -138,7 +160,7 @@ class PreviewProxy:
             headers.append((b"transfer-encoding", b"chunked"))
         headers = [(b"host", host.encode() or b"localhost"), *headers, (b"connection", b"close")]
         conn = h11.Connection(h11.CLIENT)
-        target = _upstream_target(request, prefix)
+        target = _upstream_target(request, prefix, full_path=full_path)
         writer.write(conn.send(h11.Request(method=request.method, target=target, headers=headers)))
         if has_body:
             async for chunk in request.stream():
@@ -152,7 +174,7 @@ class PreviewProxy:
             event = await _next(conn, reader)
         if not isinstance(event, h11.Response):
             raise h11.RemoteProtocolError(f"expected a response, got {type(event).__name__}")
-        out_headers = response_headers(event.headers.raw_items(), prefix=prefix, host=host)
+        out_headers = response_headers(event.headers.raw_items(), prefix=prefix, host=host, rewrite_paths=not full_path)
         response = StreamingResponse(_body(conn, reader, writer), status_code=event.status_code)
         response.raw_headers = out_headers
         return response
@@ -160,8 +182,14 @@ class PreviewProxy:
     # ------------------------------------------------------------------ websockets
 
     async def websocket(self, websocket: WebSocket) -> None:
+        await self.websocket_form(websocket, full_path=False)
+
+    async def websocket_full_path(self, websocket: WebSocket) -> None:
+        await self.websocket_form(websocket, full_path=True)
+
+    async def websocket_form(self, websocket: WebSocket, *, full_path: bool) -> None:
         sandbox_id, port = str(websocket.path_params["sandbox_id"]), int(websocket.path_params["port"])
-        prefix = prefix_of(sandbox_id, port)
+        prefix = prefix_of(sandbox_id, port, full_path=full_path)
         try:
             ticket = websocket.query_params.get("ticket")
             if ticket is not None:
@@ -181,7 +209,7 @@ class PreviewProxy:
             client=websocket.client.host if websocket.client else None,
             strip_authorization=True,
         )
-        target = _upstream_target(websocket, prefix)
+        target = _upstream_target(websocket, prefix, full_path=full_path)
         await relay_websocket(websocket, reader, writer, target=target, headers=headers, logger=self.log)
 
 
@@ -189,12 +217,18 @@ def _query(request: Request) -> str:
     return "?" + request.url.query if request.url.query else ""
 
 
-def _upstream_target(connection: Request | WebSocket, prefix: str) -> str:
-    """The request target for the app: the raw path after the prefix (as the caller encoded it) and the query."""
+def _upstream_target(connection: Request | WebSocket, prefix: str, *, full_path: bool = False) -> str:
+    """The request target for the app: the raw path after the prefix, or all of it with ``full_path`` (as the
+    caller encoded it), and the query."""
     raw = connection.scope.get("raw_path") or connection.scope["path"].encode()
     raw_path = raw.decode("latin-1").split("?", 1)[0]
-    rest = raw_path[len(prefix) :] if raw_path.startswith(prefix) else connection.scope["path"][len(prefix) :]
+    if full_path:
+        rest = raw_path if raw_path.startswith(prefix) else connection.scope["path"]
+    else:
+        rest = raw_path[len(prefix) :] if raw_path.startswith(prefix) else connection.scope["path"][len(prefix) :]
     query = connection.scope.get("query_string", b"").decode("latin-1")
+    if "ticket" in connection.query_params:  # a websocket's ticket is the proxy's, never the app's
+        query = urlencode([(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "ticket"])
     return (rest or "/") + ("?" + query if query else "")
 
 
@@ -253,10 +287,13 @@ def mount_preview(
     )
     async def create_url(sandbox_id: SandboxId, body: UrlRequest, request: Request, who: Principal = caller) -> PortUrl:
         """A preview URL: HTTP and websockets to ``port`` inside the sandbox, through its agent, at
-        ``/v1/sandboxes/{id}/ports/{port}/`` (the app gets ``X-Forwarded-Prefix``). The URL carries a short-lived
-        ticket for that port only; the bearer token works on the path too."""
+        ``/v1/sandboxes/{id}/ports/{port}/`` (the prefix stripped; the app gets ``X-Forwarded-Prefix``) or, with
+        ``full_path``, at ``/v1/sandboxes/{id}/apps/{port}/`` (the app gets the whole path: its base path is
+        ``path``). The URL carries a short-lived ticket for that port only; the bearer token works on the path too."""
         base = public_url or str(request.base_url)
-        return await port_url(service, tickets, who, sandbox_id, body.port, ttl_s=body.ttl_s, base_url=base)
+        return await port_url(
+            service, tickets, who, sandbox_id, body.port, ttl_s=body.ttl_s, base_url=base, full_path=body.full_path
+        )
 
     @app.get(
         "/v1/sandboxes/{sandbox_id}/ports",
@@ -271,4 +308,7 @@ def mount_preview(
     for path in (PORTS, PORTS + "/{rest:path}"):
         app.router.routes.append(Route(path, proxy.http, methods=methods, include_in_schema=False))
         app.router.routes.append(WebSocketRoute(path, proxy.websocket))
+    for path in (APPS, APPS + "/{rest:path}"):
+        app.router.routes.append(Route(path, proxy.http_full_path, methods=methods, include_in_schema=False))
+        app.router.routes.append(WebSocketRoute(path, proxy.websocket_full_path))
     return proxy

@@ -6,7 +6,8 @@ app is told where it is served with ``X-Forwarded-Prefix`` (and ``-Host``, ``-Pr
 
 Responses: hop-by-hop headers go; a ``Location`` that points at the app's root (``/x``, or an absolute URL on the
 control plane's own host outside the prefix) is moved into the prefix; a ``Set-Cookie``'s ``Path`` is moved into
-the prefix too (and its ``Domain`` dropped), so an app's cookies stay with that app.
+the prefix too (and its ``Domain`` dropped), so an app's cookies stay with that app. The full-path form
+(``/apps/{port}/``: the app is told its base path and gets the whole path) keeps both as the app wrote them.
 """
 
 from __future__ import annotations
@@ -83,9 +84,13 @@ def strip_cookie(header: str, name: str) -> str:
     return "; ".join(p for p in parts if p and p.split("=", 1)[0].strip() != name)
 
 
-def response_headers(headers: Iterable[tuple[bytes, bytes]], *, prefix: str, host: str) -> Headers:
+def response_headers(
+    headers: Iterable[tuple[bytes, bytes]], *, prefix: str, host: str, rewrite_paths: bool = True
+) -> Headers:
     """The app's response headers as the caller gets them: hop-by-hop ones dropped, Location and Set-Cookie paths
-    moved into ``prefix`` (the proxy's path prefix, no trailing slash); ``host`` is the control plane's Host."""
+    moved into ``prefix`` (the proxy's path prefix, no trailing slash); ``host`` is the control plane's Host.
+    ``rewrite_paths=False`` (the full-path form, whose app knows its base path) passes Location and Set-Cookie on
+    as the app wrote them."""
     headers = list(headers)
     drop = _hop_by_hop(headers)
     out: Headers = []
@@ -93,9 +98,9 @@ def response_headers(headers: Iterable[tuple[bytes, bytes]], *, prefix: str, hos
         lower = name.lower()
         if lower in drop:
             continue
-        if lower == b"location":
+        if rewrite_paths and lower == b"location":
             value = rewrite_location(value.decode("latin-1"), prefix=prefix, host=host).encode("latin-1")
-        elif lower == b"set-cookie":
+        elif rewrite_paths and lower == b"set-cookie":
             value = rewrite_set_cookie(value.decode("latin-1"), prefix=prefix).encode("latin-1")
         out.append((lower, value))
     return out

@@ -37,6 +37,7 @@ async def relay_websocket(
     offered = list(websocket.scope.get("subprotocols") or [])
     protocol = ClientProtocol(parse_uri("ws://localhost" + target), subprotocols=offered or None)
     request = protocol.connect()
+    del request.headers["Host"]  # connect() set it from the URI: replace it, not add a second one
     request.headers["Host"] = websocket.headers.get("host", "localhost")
     for name, value in headers:
         if name not in _SKIPPED and name != b"sec-websocket-protocol":

@@ -38,7 +38,7 @@ class AsyncClient:
         self._metadata = _ops.metadata(token)
         self.trajectories = AsyncTrajectories(self)
         """The recorded episodes this caller may see: ``client.trajectories.list(task_id=...)``, ``get``, ``frame``,
-        ``delete``."""
+        ``media``, ``delete``."""
         self._channel: grpc.aio.Channel | None = None
         self._stub_instance: Any = None
 
@@ -142,16 +142,19 @@ class AsyncSandbox:
     async def reset(self, snapshot: str | None = None) -> SandboxInfo: ...
 
     @overload
-    async def reset(self, snapshot: str | None = None, *, task: TaskLike) -> Observation: ...
+    async def reset(self, snapshot: str | None = None, *, task: TaskLike, record: bool = False) -> Observation: ...
 
-    async def reset(self, snapshot: str | None = None, *, task: TaskLike | None = None) -> SandboxInfo | Observation:
+    async def reset(
+        self, snapshot: str | None = None, *, task: TaskLike | None = None, record: bool = False
+    ) -> SandboxInfo | Observation:
         """Back to the initial state (a fresh sandbox from the same spec, or from the snapshot named here,
         which the sandbox keeps from then on); the refreshed info.
 
         With ``task`` (a ``Task``, its dict, or the path of its JSON file): the start of an episode of it — its
         setup run, or its post-setup snapshot swapped in — and the episode's first observation. The files its
-        ``download`` steps fetch are sent along from its fixtures (those beside its file)."""
-        self.info, obs = await self._client._run(_episodes.reset(self.id, snapshot=snapshot, task=task))
+        ``download`` steps fetch are sent along from its fixtures (those beside its file). ``record`` (android
+        sandboxes): the episode's screen is recorded into its trajectory (``trajectories.media``)."""
+        self.info, obs = await self._client._run(_episodes.reset(self.id, snapshot=snapshot, task=task, record=record))
         return self.info if obs is None else obs
 
     async def evaluate(self) -> float:
@@ -174,11 +177,13 @@ class AsyncSandbox:
         self.info = await self._client._run(_ops.get(self.id))
         return self.info
 
-    async def url(self, port: int, *, ttl: float | None = None) -> str:
+    async def url(self, port: int, *, ttl: float | None = None, full_path: bool = False) -> str:
         """A URL that opens ``port`` inside the sandbox (HTTP and websockets, proxied by the control plane's HTTP
         server; docs/preview.md). It carries a ticket for that port only, valid ``ttl`` seconds (default 300, at
-        most 86400) and traded for a cookie on first use. Ports 1024-65535, not the platform's own."""
-        return await self._client._run(_ops.preview_url(self.id, port, ttl_s=ttl))
+        most 86400) and traded for a cookie on first use. Ports 1024-65535, not the platform's own. ``full_path``:
+        the ``/v1/sandboxes/{id}/apps/{port}/`` form, whose app gets the whole path (tell it that path as its base
+        path, e.g. Jupyter's ``base_url``); else ``/ports/{port}/``, the prefix stripped."""
+        return await self._client._run(_ops.preview_url(self.id, port, ttl_s=ttl, full_path=full_path))
 
     async def health(self) -> Health:
         return await self._client._run(_ops.health(self.id))
@@ -244,6 +249,10 @@ class AsyncTrajectories:
     async def frame(self, trajectory_id: str, sha256: str) -> Screenshot:
         """One screenshot of a trajectory, by the hash its steps name (``step.frame.sha256``)."""
         return await self._client._run(_episodes.trajectory_frame(trajectory_id, sha256))
+
+    async def media(self, trajectory_id: str, sha256: str) -> bytes:
+        """A medium kept with a trajectory (a screen recording: ``info.media[].sha256``), its bytes."""
+        return await self._client._run(_episodes.trajectory_media(trajectory_id, sha256))
 
     async def delete(self, trajectory_id: str) -> None:
         await self._client._run(_episodes.delete_trajectory(trajectory_id))

@@ -1,5 +1,5 @@
 """The SDK's operations on episodes and trajectories (sans-I/O, as :mod:`sandbox.client._ops`): reset to a task,
-evaluate, and the trajectory store's list, get, frame and delete."""
+evaluate, and the trajectory store's list, get, frame, media and delete."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sandbox import models
 from sandbox.client._ops import Call, Local, Op
 from sandbox.errors import InvalidArgument
 from sandbox.tasks.model import Task
-from sandbox.trajectories.models import Trajectory, TrajectoryInfo
+from sandbox.trajectories.models import MEDIA_CHUNK_BYTES, Trajectory, TrajectoryInfo
 from sandbox.wire import convert
 from sandbox.wire import episodes as wire
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
@@ -53,10 +53,11 @@ def _fixtures(task: Task) -> dict[str, bytes]:
 
 
 def reset(
-    sandbox_id: str, *, snapshot: str | None = None, task: TaskLike | None = None
+    sandbox_id: str, *, snapshot: str | None = None, task: TaskLike | None = None, record: bool = False
 ) -> Op[tuple[models.SandboxInfo, models.Observation | None]]:
-    """Reset (to ``snapshot``, or to ``task``): the sandbox's info, and the episode's first observation for a task."""
-    request = pb.ResetRequest(sandbox_id=sandbox_id)
+    """Reset (to ``snapshot``, or to ``task``): the sandbox's info, and the episode's first observation for a task;
+    ``record``: the episode's screen recorded into its trajectory (android)."""
+    request = pb.ResetRequest(sandbox_id=sandbox_id, record=record)
     if snapshot is not None:
         request.snapshot = snapshot
     min_timeout = 0.0
@@ -94,6 +95,21 @@ def get_trajectory(trajectory_id: str) -> Op[Trajectory]:
 def trajectory_frame(trajectory_id: str, sha256: str) -> Op[models.Screenshot]:
     reply = yield Call("GetTrajectoryFrame", pb.GetTrajectoryFrameRequest(trajectory_id=trajectory_id, sha256=sha256))
     return wire.screenshot_from_proto(reply)
+
+
+def trajectory_media(trajectory_id: str, sha256: str) -> Op[bytes]:
+    """A medium's bytes (a screen recording), a piece per call."""
+    pieces: list[bytes] = []
+    offset = 0
+    while True:
+        request = pb.GetTrajectoryMediaRequest(
+            trajectory_id=trajectory_id, sha256=sha256, offset=offset, length=MEDIA_CHUNK_BYTES
+        )
+        reply = yield Call("GetTrajectoryMedia", request)
+        pieces.append(reply.data)
+        offset += len(reply.data)
+        if offset >= reply.media.size or not reply.data:
+            return b"".join(pieces)
 
 
 def delete_trajectory(trajectory_id: str) -> Op[None]:

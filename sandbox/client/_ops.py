@@ -360,8 +360,9 @@ def logs(sandbox_id: str, *, tail: int) -> Op[str]:
 # --------------------------------------------------------------------------- previews
 
 
-def preview_url(sandbox_id: str, port: int, *, ttl_s: float | None) -> Op[str]:
+def preview_url(sandbox_id: str, port: int, *, ttl_s: float | None, full_path: bool = False) -> Op[str]:
     """The preview URL of ``port`` (its ticket in the query), on the control plane's public HTTP address."""
-    wanted = convert.validate(UrlRequest, {"port": port, "ttl_s": ttl_s}, what="preview URL request")
+    data = {"port": port, "ttl_s": ttl_s, "full_path": full_path}
+    wanted = convert.validate(UrlRequest, data, what="preview URL request")
     reply = yield Call("PreviewUrl", convert.url_request_to_proto(sandbox_id, wanted))
     return convert.port_url_from_proto(reply).url

@@ -35,7 +35,7 @@ class Client:
         self._metadata = _ops.metadata(token)
         self.trajectories = Trajectories(self)
         """The recorded episodes this caller may see: ``client.trajectories.list(task_id=...)``, ``get``, ``frame``,
-        ``delete``."""
+        ``media``, ``delete``."""
         self._channel = grpc.insecure_channel(target, options=_ops.CHANNEL_OPTIONS)
         self._stub = pb_grpc.SandboxServiceStub(self._channel)
 
@@ -133,16 +133,19 @@ class Sandbox:
     def reset(self, snapshot: str | None = None) -> SandboxInfo: ...
 
     @overload
-    def reset(self, snapshot: str | None = None, *, task: TaskLike) -> Observation: ...
+    def reset(self, snapshot: str | None = None, *, task: TaskLike, record: bool = False) -> Observation: ...
 
-    def reset(self, snapshot: str | None = None, *, task: TaskLike | None = None) -> SandboxInfo | Observation:
+    def reset(
+        self, snapshot: str | None = None, *, task: TaskLike | None = None, record: bool = False
+    ) -> SandboxInfo | Observation:
         """Back to the initial state (a fresh sandbox from the same spec, or from the snapshot named here,
         which the sandbox keeps from then on); the refreshed info.
 
         With ``task`` (a ``Task``, its dict, or the path of its JSON file): the start of an episode of it — its
         setup run, or its post-setup snapshot swapped in — and the episode's first observation. The files its
-        ``download`` steps fetch are sent along from its fixtures (those beside its file)."""
-        self.info, obs = self._client._run(_episodes.reset(self.id, snapshot=snapshot, task=task))
+        ``download`` steps fetch are sent along from its fixtures (those beside its file). ``record`` (android
+        sandboxes): the episode's screen is recorded into its trajectory (``trajectories.media``)."""
+        self.info, obs = self._client._run(_episodes.reset(self.id, snapshot=snapshot, task=task, record=record))
         return self.info if obs is None else obs
 
     def evaluate(self) -> float:
@@ -165,11 +168,13 @@ class Sandbox:
         self.info = self._client._run(_ops.get(self.id))
         return self.info
 
-    def url(self, port: int, *, ttl: float | None = None) -> str:
+    def url(self, port: int, *, ttl: float | None = None, full_path: bool = False) -> str:
         """A URL that opens ``port`` inside the sandbox (HTTP and websockets, proxied by the control plane's HTTP
         server; docs/preview.md). It carries a ticket for that port only, valid ``ttl`` seconds (default 300, at
-        most 86400) and traded for a cookie on first use. Ports 1024-65535, not the platform's own."""
-        return self._client._run(_ops.preview_url(self.id, port, ttl_s=ttl))
+        most 86400) and traded for a cookie on first use. Ports 1024-65535, not the platform's own. ``full_path``:
+        the ``/v1/sandboxes/{id}/apps/{port}/`` form, whose app gets the whole path (tell it that path as its base
+        path, e.g. Jupyter's ``base_url``); else ``/ports/{port}/``, the prefix stripped."""
+        return self._client._run(_ops.preview_url(self.id, port, ttl_s=ttl, full_path=full_path))
 
     def health(self) -> Health:
         return self._client._run(_ops.health(self.id))
@@ -235,6 +240,10 @@ class Trajectories:
     def frame(self, trajectory_id: str, sha256: str) -> Screenshot:
         """One screenshot of a trajectory, by the hash its steps name (``step.frame.sha256``)."""
         return self._client._run(_episodes.trajectory_frame(trajectory_id, sha256))
+
+    def media(self, trajectory_id: str, sha256: str) -> bytes:
+        """A medium kept with a trajectory (a screen recording: ``info.media[].sha256``), its bytes."""
+        return self._client._run(_episodes.trajectory_media(trajectory_id, sha256))
 
     def delete(self, trajectory_id: str) -> None:
         self._client._run(_episodes.delete_trajectory(trajectory_id))

@@ -15,8 +15,11 @@ from sandbox.service.tickets import TicketIssuer
 WILDCARDS = ("", "0.0.0.0", "::")
 
 
-def port_path(sandbox_id: str, port: int) -> str:
-    return f"/v1/sandboxes/{sandbox_id}/ports/{port}/"
+def port_path(sandbox_id: str, port: int, *, full_path: bool = False) -> str:
+    """The path prefix of a preview of ``port``, with its trailing slash: ``/v1/sandboxes/{id}/ports/{port}/``
+    (the proxy strips it before the app sees the path), or with ``full_path`` ``/v1/sandboxes/{id}/apps/{port}/``
+    (the app gets the whole path: give it this as its base path)."""
+    return f"/v1/sandboxes/{sandbox_id}/{'apps' if full_path else 'ports'}/{port}/"
 
 
 async def port_url(
@@ -28,14 +31,16 @@ async def port_url(
     *,
     ttl_s: float | None = None,
     base_url: str = "",
+    full_path: bool = False,
 ) -> PortUrl:
     """The preview URL of ``port`` in ``sandbox_id`` for ``principal`` (who must see the sandbox); ``base_url`` is
-    the control plane's HTTP address as its callers reach it (``""``: the URL is a path)."""
+    the control plane's HTTP address as its callers reach it (``""``: the URL is a path); ``full_path``: the form
+    whose app gets the whole path, prefix included (see :func:`port_path`). The ticket opens both forms."""
     check_user_port(port)
     await service.get(principal, sandbox_id)
     ticket = tickets.issue_port(principal, sandbox_id, port, ttl_s=ttl_s)
     grant = tickets.verify_port(ticket, sandbox_id, port)
-    path = port_path(sandbox_id, port)
+    path = port_path(sandbox_id, port, full_path=full_path)
     url = f"{base_url.rstrip('/')}{path}?ticket={ticket}"
     return PortUrl(port=port, url=url, path=path, ticket=ticket, expires_at=grant.expires_at)
 

@@ -10,113 +10,35 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from tests.conftest import OWNER, RUN_ID
-from tests.docker.servers import ServerProcess, started
+from tests.docker.preview_common import (
+    APP_PORT,
+    CLOSED_PORT,
+    MIB,
+    OTHER_TOKEN,
+    STATIC_PORT,
+    TOKEN,
+    Server,
+    prefix,
+    preview_server,
+    serving_sandbox,
+)
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.docker
-
-TOKEN = "preview-alpha-token-0123456789"
-OTHER_TOKEN = "preview-beta-token-0123456789"
-STATIC_PORT, APP_PORT, CLOSED_PORT = 8000, 8001, 8009
-MIB = 1 << 20
-
-# A stdlib app for the sandbox: /stream writes 1 MiB, waits for /tmp/go, then 19 MiB more; /ws echoes websocket
-# text messages (a minimal RFC 6455 server: no websockets package in the terminal image).
-APP = r"""
-import asyncio, base64, hashlib, os, struct
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-async def handle(r, w):
-    head = await r.readuntil(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    path = lines[0].split()[1]
-    hdrs = {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip() for l in lines[1:] if ":" in l}
-    if path.startswith("/ws"):
-        accept = base64.b64encode(hashlib.sha1(hdrs["sec-websocket-key"].encode() + GUID).digest())
-        w.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
-        while True:
-            b0, b1 = await r.readexactly(2)
-            n = b1 & 127
-            if n == 126: n = struct.unpack(">H", await r.readexactly(2))[0]
-            elif n == 127: n = struct.unpack(">Q", await r.readexactly(8))[0]
-            mask = await r.readexactly(4)
-            data = bytes(c ^ mask[i % 4] for i, c in enumerate(await r.readexactly(n)))
-            if b0 & 15 == 8:
-                w.write(b"\x88\x02\x03\xe8"); await w.drain(); w.close(); return
-            out = ("echo:" + data.decode() + " prefix=" + hdrs.get("x-forwarded-prefix", "")).encode()
-            w.write(bytes([0x81, 126]) + struct.pack(">H", len(out)) + out if len(out) > 125
-                    else bytes([0x81, len(out)]) + out)
-            await w.drain()
-    w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n"
-            b"Connection: close\r\n\r\n" % (20 << 20))
-    w.write(b"a" * (1 << 20)); await w.drain()
-    while not os.path.exists("/tmp/go"):
-        await asyncio.sleep(0.02)
-    for _ in range(19):
-        w.write(b"b" * (1 << 20)); await w.drain()
-    w.close()
-async def main():
-    server = await asyncio.start_server(handle, "127.0.0.1", 8001)
-    await server.serve_forever()
-asyncio.run(main())
-"""
-
-
-class Server:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
-
-    def ok(self, response: httpx.Response) -> Any:
-        assert response.status_code < 300, f"{response.status_code}: {response.text}"
-        return response.json() if response.content else None
-
-    def exec(self, sandbox_id: str, cmd: str, *, keep_background: bool = False) -> dict[str, Any]:
-        body = {"cmd": cmd, "keep_background": keep_background}
-        return dict(self.ok(self.http.post(f"/v1/sandboxes/{sandbox_id}/exec", json=body)))
 
 
 @pytest.fixture(scope="module")
 def server(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A real control plane, its containers labelled with this test run's owner."""
-    process = ServerProcess(
-        tmp_path_factory.mktemp("preview-server"), owner=OWNER, socket_root=f"/run/sbx-test-{RUN_ID}",
-        tokens={TOKEN: "alpha", OTHER_TOKEN: "beta"},
-    )  # fmt: skip
-    with started(process):
-        server = Server(process.http_url)
-        try:
-            yield server
-        finally:
-            server.http.close()
+    with preview_server(tmp_path_factory.mktemp("preview-server")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def sandbox_id(server: Server) -> Iterator[str]:
-    """A network-none terminal sandbox serving /workspace on 8000 (http.server) and the app above on 8001."""
-    info = server.ok(server.http.post("/v1/sandboxes", json={"kind": "terminal", "network": "none"}))
-    try:
-        assert info["spec"]["network"] == "none"
-        sid = info["id"]
-        server.exec(sid, "mkdir -p /workspace/site/sub && echo hello-preview > /workspace/site/index.txt")
-        server.exec(sid, "cat > /tmp/app.py <<'EOF'\n" + APP + "\nEOF")
-        server.exec(sid, f"cd /workspace/site && python3 -m http.server {STATIC_PORT} --bind 127.0.0.1 "
-                         ">/tmp/static.log 2>&1 &", keep_background=True)  # fmt: skip
-        server.exec(sid, "python3 /tmp/app.py >/tmp/app.log 2>&1 &", keep_background=True)
-
-        def listening() -> bool:
-            ports = server.ok(server.http.get(f"/v1/sandboxes/{sid}/ports"))
-            return {STATIC_PORT, APP_PORT} <= {p["port"] for p in ports if p["previewable"]}
-
-        wait_until(listening, within=20, what="the sandbox's servers to listen")
+    """A network-none terminal sandbox serving /workspace on 8000 (http.server) and the shared app on 8001."""
+    with serving_sandbox(server) as sid:
         yield sid
-    finally:
-        server.http.delete(f"/v1/sandboxes/{info['id']}")
-
-
-def prefix(sandbox_id: str, port: int) -> str:
-    return f"/v1/sandboxes/{sandbox_id}/ports/{port}"
 
 
 def test_http_with_the_bearer_token_paths_queries_and_redirects(server: Server, sandbox_id: str) -> None:

@@ -19,6 +19,7 @@ from sandbox.backends.docker.image_recipe import (
     KINDS,
     MMDEBSTRAP_OPTIONS,
     SUITE,
+    VARIANTS,
     Recipe,
     base_digest,
     digest,
@@ -124,8 +125,8 @@ def test_a_wheel_without_the_web_view_pages_is_refused(tmp_path: Path) -> None:
 
 
 def test_image_kinds_and_defaults() -> None:
-    assert (*KINDS, CONTROLPLANE) == IMAGE_KINDS
-    assert _image_kinds(None) == list(KINDS), "`sandbox images build` builds the sandbox kinds only by default"
+    assert (*KINDS, *VARIANTS, CONTROLPLANE) == IMAGE_KINDS
+    assert _image_kinds(None) == [*KINDS, *VARIANTS], "`sandbox images build`: kinds and variants, no controlplane"
     with pytest.raises(InvalidArgument, match="controlplane"):
         load_recipe("nope")
 

@@ -46,6 +46,9 @@ def test_the_request_converts_both_ways_and_names_a_bad_field() -> None:
     bare = convert.url_request_to_proto("term-1", UrlRequest(port=8000))
     assert not bare.HasField("ttl_s")
     assert convert.url_request_from_proto(bare).ttl_s is None  # unset: the default lifetime
+    assert not bare.full_path and convert.url_request_from_proto(bare).full_path is False
+    full = convert.url_request_to_proto("term-1", UrlRequest(port=8000, full_path=True))
+    assert full.full_path and convert.url_request_from_proto(full) == UrlRequest(port=8000, full_path=True)
     for message, field in [
         (pb.PreviewUrlRequest(sandbox_id="x"), "port"),  # unset is 0
         (pb.PreviewUrlRequest(sandbox_id="x", port=80), "port"),
@@ -174,6 +177,44 @@ async def test_the_sdk_url_is_the_rest_answer_and_its_ticket_opens_the_proxy(
                 return client.get(sb.id).url(8001, ttl=60)
 
         assert (await asyncio.to_thread(blocking)).startswith(f"{PUBLIC}/v1/sandboxes/{sb.id}/ports/8001/?ticket=")
+
+
+async def test_full_path_urls_over_the_sdk_the_cli_grpc_and_rest(
+    clients: tuple[AsyncClient, AsyncClient], rest: httpx.AsyncClient, preview_target: str
+) -> None:
+    alpha, beta = clients
+    async with await alpha.create("terminal", labels={"test": "preview-grpc"}) as sb:
+        apps = f"/v1/sandboxes/{sb.id}/apps/8888/"
+        url = await sb.url(8888, full_path=True)
+        assert url.startswith(f"{PUBLIC}{apps}?ticket="), url
+        assert (await sb.url(8888, full_path=False)).startswith(f"{PUBLIC}/v1/sandboxes/{sb.id}/ports/8888/?ticket=")
+
+        def blocking() -> str:
+            with Client(preview_target, token=ALPHA_TOKEN, timeout=60) as client:
+                return client.get(sb.id).url(8888, ttl=60, full_path=True)
+
+        assert (await asyncio.to_thread(blocking)).startswith(f"{PUBLIC}{apps}?ticket=")
+        args = ["url", sb.id, "8888", "--full-path", "--target", preview_target, "--token", ALPHA_TOKEN]
+        printed = await asyncio.to_thread(CliRunner().invoke, cli, args)
+        assert printed.exit_code == 0 and printed.stdout.startswith(f"{PUBLIC}{apps}?ticket="), printed.output
+        async with grpc.aio.insecure_channel(preview_target) as channel:
+            call = channel.unary_unary(f"/{SERVICE}/PreviewUrl", response_deserializer=pb.PortUrl.FromString)
+            request = pb.PreviewUrlRequest(sandbox_id=sb.id, port=8888, full_path=True)
+            answer: Any = await call(request.SerializeToString(), metadata=AUTH_ALPHA, timeout=30)
+        assert answer.path == apps and answer.url == f"{PUBLIC}{apps}?ticket={answer.ticket}"
+        body = {"port": 8888, "full_path": True}
+        minted = (await rest.post(f"/v1/sandboxes/{sb.id}/urls", json=body, headers=ALPHA)).json()
+        assert minted["path"] == apps
+        # The proxy's full-path route redeems it (any form's ticket: it is bound to the sandbox and the port), with
+        # the cookie scoped to that form's prefix.
+        for ticket in (minted["ticket"], url.split("?ticket=", 1)[1], answer.ticket):
+            redeemed = await rest.get(f"{apps}tree?ticket={ticket}", follow_redirects=False)
+            assert redeemed.status_code == 303, redeemed.text
+            assert redeemed.headers["location"] == f"{apps}tree"
+            assert f"Path={apps};" in redeemed.headers["set-cookie"], redeemed.headers["set-cookie"]
+        assert (await rest.get(f"{apps.replace('8888', '8001')}?ticket={minted['ticket']}")).status_code == 401
+        with pytest.raises(NotFound):
+            await AsyncSandbox(beta, sb.info).url(8888, full_path=True)
 
 
 async def test_another_tenant_gets_not_found_and_a_bad_port_invalid_argument(

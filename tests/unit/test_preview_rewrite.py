@@ -1,11 +1,17 @@
-"""The preview proxy's header rewriting: hop-by-hop headers, credentials, Location and Set-Cookie."""
+"""The preview proxy's header rewriting (hop-by-hop headers, credentials, Location and Set-Cookie), and what the
+full-path form (``/apps/{port}/``) sends instead: the whole path, the app's own Location and Set-Cookie."""
 
 from __future__ import annotations
 
+from starlette.requests import Request
+
 from sandbox.agent.ports import parse_listening, user_port_refusal
+from sandbox.api.preview import _upstream_target, prefix_of
 from sandbox.api.preview_rewrite import request_headers, response_headers, rewrite_location, rewrite_set_cookie
+from sandbox.service.preview import port_path
 
 P = "/v1/sandboxes/sb-1/ports/8000"
+A = "/v1/sandboxes/sb-1/apps/8000"
 HOST = "cp.example:8080"
 
 
@@ -61,6 +67,36 @@ def test_response_headers_keep_repeats_and_drop_hop_by_hop() -> None:
         (b"set-cookie", f"a=1; Path={P}/".encode()), (b"set-cookie", f"b=2; Path={P}/x".encode()),
         (b"location", f"{P}/next".encode()), (b"content-type", b"text/plain"),
     ]  # fmt: skip
+
+
+def test_the_full_path_form_passes_location_and_set_cookie_as_the_app_wrote_them() -> None:
+    app_wrote = [
+        (b"Connection", b"close, X-Hop"), (b"X-Hop", b"1"), (b"Transfer-Encoding", b"chunked"),
+        (b"Set-Cookie", b"_xsrf=1; Path=/"), (b"Set-Cookie", f"u=2; Path={A}/; Domain=localhost".encode()),
+        (b"Location", b"/login"), (b"Location", b"http://127.0.0.1:8000/x"), (b"Content-Type", b"text/html"),
+    ]  # fmt: skip
+    assert response_headers(app_wrote, prefix=A, host=HOST, rewrite_paths=False) == [
+        (b"set-cookie", b"_xsrf=1; Path=/"), (b"set-cookie", f"u=2; Path={A}/; Domain=localhost".encode()),
+        (b"location", b"/login"), (b"location", b"http://127.0.0.1:8000/x"), (b"content-type", b"text/html"),
+    ]  # fmt: skip
+    rewritten = dict(response_headers(app_wrote[3:], prefix=A, host=HOST))  # the stripping form's default
+    assert rewritten[b"location"] == f"{A}/x".encode()
+
+
+def test_the_full_path_form_sends_the_whole_raw_path_and_the_same_forwarded_headers() -> None:
+    assert port_path("sb-1", 8000) == P + "/" and prefix_of("sb-1", 8000) == P
+    assert port_path("sb-1", 8000, full_path=True) == A + "/" and prefix_of("sb-1", 8000, full_path=True) == A
+
+    def request(path: str, raw: str, query: bytes = b"") -> Request:
+        return Request({"type": "http", "path": path, "raw_path": raw.encode(), "query_string": query, "headers": []})
+
+    encoded = request(A + "/tree/a b", A + "/tree/a%20b", b"x=1&y=%2F")
+    assert _upstream_target(encoded, A, full_path=True) == A + "/tree/a%20b?x=1&y=%2F"
+    assert _upstream_target(request(P + "/tree/a b", P + "/tree/a%20b", b"x=1"), P) == "/tree/a%20b?x=1"
+    assert _upstream_target(request(A + "/", A + "/"), A, full_path=True) == A + "/"
+    assert _upstream_target(request(P + "/", P + "/"), P) == "/"
+    sent = dict(request_headers([], prefix=A, host=HOST, scheme="http", client=None, strip_authorization=True))
+    assert sent[b"x-forwarded-prefix"] == A.encode() and sent[b"x-forwarded-host"] == HOST.encode()
 
 
 def test_user_ports_and_the_proc_listing() -> None:

@@ -7,6 +7,11 @@ base hash, the generated Dockerfile and every file copied in: the ``images/<kind
 ``sandbox/protocol.py`` and every source file under ``sandbox/agent/``), and in the browser and desktop images the
 games of ``sandbox/games/``. The control-plane image's recipe is
 ``image_controlplane``'s, made of the same parts.
+
+A variant (``VARIANTS``: ``images/<variant>/`` → the kind it extends) is the kind's recipe plus its own: its
+``packages.txt`` adds to the kind's, its ``rootfs/``, ``hooks/`` and ``requirements.txt`` (if any) add to the kind's,
+its ``entrypoint.sh`` (if any) replaces the kind's. Its image, ``sandbox/<variant>:latest``, runs as that kind
+(``SANDBOX_KIND``): a spec names it, ``{"kind": "terminal", "image": "sandbox/terminal-jupyter:latest"}``.
 """
 
 from __future__ import annotations
@@ -22,10 +27,14 @@ from sandbox import games
 from sandbox.errors import ImageBuildError, InvalidArgument
 
 KINDS = ("terminal", "desktop", "browser")
-"""The sandbox kinds, whose images ``sandbox images build`` makes by default."""
+"""The sandbox kinds whose images ``sandbox images build`` makes by default."""
+VARIANTS: dict[str, str] = {"terminal-jupyter": "terminal"}
+"""Image variants → the sandbox kind each extends and runs as (``images/<variant>/``, see the module's docstring)."""
+SANDBOX_IMAGES = (*KINDS, *VARIANTS)
+"""What ``sandbox images build`` (and ``check``, ``prune``, and so setup) makes by default: kinds and variants."""
 CONTROLPLANE = "controlplane"
-IMAGE_KINDS = (*KINDS, CONTROLPLANE)
-"""Every image the platform builds: the sandbox kinds and the control plane (built on demand)."""
+IMAGE_KINDS = (*SANDBOX_IMAGES, CONTROLPLANE)
+"""Every image the platform builds: the sandbox kinds, their variants and the control plane (built on demand)."""
 SUITE = "bookworm"
 BASE_REPO = "sandbox-base"
 IMAGE_REPO = "sandbox"
@@ -124,7 +133,7 @@ class Recipe:
 
 
 def image_tag(kind: str) -> str:
-    """The tag a sandbox of ``kind`` runs by default."""
+    """The tag a sandbox of ``kind`` runs by default (a variant's: the tag a spec names to run it)."""
     check_kind(kind)
     return f"{IMAGE_REPO}/{kind}:latest"
 
@@ -135,21 +144,28 @@ def recipe_hash(kind: str, *, recipes_dir: Path | None = None) -> str:
 
 
 def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
+    """The recipe of a sandbox kind's image or of a variant's (its kind's recipe plus its own directory's)."""
     check_kind(kind)
-    recipe_dir = (recipes_dir or DEFAULT_RECIPES_DIR) / kind
-    packages = read_packages(recipe_dir / "packages.txt")
-    hooks = hook_files(recipe_dir / "hooks")
+    root = recipes_dir or DEFAULT_RECIPES_DIR
+    runs_as = VARIANTS.get(kind, kind)
+    dirs = [root / runs_as, *([root / kind] if kind != runs_as else [])]
+    packages = read_packages(dirs[0] / "packages.txt")
+    if len(dirs) > 1:
+        packages = tuple(sorted({*packages, *read_packages(dirs[1] / "packages.txt")}))
+    hooks = [hook for d in dirs for hook in hook_files(d / "hooks")]
     base_hash = base_digest(packages, hooks)
     base_tag = f"{BASE_REPO}/{kind}:{base_hash[:HASH_LEN]}"
-    overlay = _overlay_files(recipe_dir / "rootfs")
-    requirements = read(recipe_dir / "requirements.txt") if (recipe_dir / "requirements.txt").is_file() else b""
-    dockerfile = _dockerfile(kind, base_tag, has_overlay=bool(overlay), has_wheels=bool(requirements))
+    overlay = list({entry[0]: entry for d in dirs for entry in _overlay_files(d / "rootfs")}.values())
+    requirements = b"".join(read(d / "requirements.txt") for d in dirs if (d / "requirements.txt").is_file())
+    own = dirs[-1] / "entrypoint.sh"
+    entrypoint = own if own.is_file() else dirs[0] / "entrypoint.sh"
+    dockerfile = _dockerfile(runs_as, base_tag, has_overlay=bool(overlay), has_wheels=bool(requirements))
     files = (
         *overlay,
-        ("opt/sandbox/lib.sh", read(recipe_dir.parent / "common" / "lib.sh"), 0o644),
-        ("opt/sandbox/entrypoint.sh", read(recipe_dir / "entrypoint.sh"), 0o755),
+        ("opt/sandbox/lib.sh", read(root / "common" / "lib.sh"), 0o644),
+        ("opt/sandbox/entrypoint.sh", read(entrypoint), 0o755),
         *_agent_files(),
-        *(_game_files() if kind in games.IMAGE_KINDS else ()),
+        *(_game_files() if runs_as in games.IMAGE_KINDS else ()),
     )
     pinned = [b"requirements.txt", requirements] if requirements else []  # the wheels follow from the pins
     image_hash = digest([base_hash.encode(), dockerfile.encode(), *flatten(files), *pinned])
@@ -159,8 +175,8 @@ def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
 
 
 def check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise InvalidArgument(f"unknown image kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if kind not in SANDBOX_IMAGES:
+        raise InvalidArgument(f"unknown image kind {kind!r}; expected one of {', '.join(SANDBOX_IMAGES)}")
 
 
 def base_digest(packages: tuple[str, ...], hooks: Iterable[FileEntry]) -> str:

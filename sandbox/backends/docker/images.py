@@ -9,6 +9,8 @@
    ``sandbox/<kind>:<hash12>`` and ``sandbox/<kind>:latest``, the hash covering the base hash, the Dockerfile and every
    file copied in.
 
+A variant (``terminal-jupyter``) is built the same way from its kind's recipe plus its own (``image_recipe``).
+
 The control-plane image (``controlplane``, not built by default) has the same base stage and, on top, the platform
 installed from wheels built on the host (``image_controlplane``). ``push_images`` tags images for a registry and
 pushes them (``image_push``).
@@ -48,6 +50,8 @@ from sandbox.backends.docker.image_recipe import (
     LABEL_MANAGED_BY,
     LABEL_STAGE,
     MANAGED_BY,
+    SANDBOX_IMAGES,
+    VARIANTS,
     Recipe,
     image_tag,
 )
@@ -60,6 +64,8 @@ __all__ = [
     "CONTROLPLANE",
     "IMAGE_KINDS",
     "KINDS",
+    "SANDBOX_IMAGES",
+    "VARIANTS",
     "ImageBuildError",
     "Progress",
     "Recipe",
@@ -74,14 +80,14 @@ __all__ = [
 
 
 def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
-    """The recipe of one of ``IMAGE_KINDS``: a sandbox kind or the control plane."""
+    """The recipe of one of ``IMAGE_KINDS``: a sandbox kind, a variant or the control plane."""
     if kind == CONTROLPLANE:
         return load_controlplane_recipe(recipes_dir=recipes_dir)
     if kind == "android":  # built only when named, from an Android SDK given in $SANDBOX_ANDROID_SDK
         from sandbox.backends.docker.image_android import load_recipe as load_android_recipe
 
         return load_android_recipe(recipes_dir=recipes_dir)
-    if kind not in KINDS:
+    if kind not in SANDBOX_IMAGES:
         raise InvalidArgument(f"unknown image {kind!r}; expected one of {', '.join(IMAGE_KINDS)}")
     return load_sandbox_recipe(kind, recipes_dir=recipes_dir)
 
