@@ -1,4 +1,5 @@
-"""``sandbox trajectory ...``: list, show, export to Parquet, replay and delete recorded episodes."""
+"""``sandbox trajectory ...``: list, show, export to Parquet, replay and delete recorded episodes, and save their
+media (screen recordings)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,58 @@ def show(trajectory_id: str, target: TargetOpt = DEFAULT_TARGET, token: TokenOpt
         action = "reset" if step.action is None else json.dumps(step.action, ensure_ascii=False)
         frame = f"  [dim]{step.frame.sha256[:12]}[/dim]" if step.frame else ""
         console.print(f"  {step.index:>3}  {escape(action)}{frame}", highlight=False, soft_wrap=True)
+    for ref in info.media:
+        console.print(
+            f"  media {ref.sha256}  {ref.content_type}  {ref.size} bytes  {escape(ref.name)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    for warning in info.warnings:
+        console.print(f"  [yellow]warning[/yellow]: {escape(warning)}", highlight=False, soft_wrap=True)
+
+
+@trajectory_app.command("media")
+def media(
+    trajectory_id: str,
+    sha256: Annotated[
+        str | None, typer.Argument(help="The medium's SHA-256 (or a prefix) [default: the only one].")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Where to save it [default: its name, in this directory].")
+    ] = None,
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
+) -> None:
+    """A trajectory's media (screen recordings): listed with neither SHA256 nor -o, else one saved."""
+    from sandbox.client import Client
+
+    try:
+        with Client(target, token=token) as client:
+            refs = client.trajectories.get(trajectory_id).info.media
+            if output is None and sha256 is None:
+                for ref in refs:
+                    console.print(
+                        f"{ref.sha256}  {ref.content_type}  {ref.size} bytes  {escape(ref.name)}",
+                        highlight=False,
+                        soft_wrap=True,
+                    )
+                if not refs:
+                    err_console.print(f"trajectory {trajectory_id} keeps no media")
+                return
+            found = [r for r in refs if sha256 is None or r.sha256.startswith(sha256.lower())]
+            if len(found) != 1:
+                what = "no medium" if not found else f"{len(found)} media"
+                named = f" starting with {sha256!r}" if sha256 else ""
+                err_console.print(f"trajectory {trajectory_id} keeps {what}{named}: name one by its SHA-256")
+                raise typer.Exit(1)
+            ref = found[0]
+            data = client.trajectories.media(trajectory_id, ref.sha256)
+    except SandboxError as e:
+        _fail(e)
+        return
+    path = output if output is not None else Path(Path(ref.name).name or ref.sha256)  # no directory of its own
+    path.write_bytes(data)
+    console.print(f"{len(data)} bytes ({ref.content_type}) to {path}", highlight=False, soft_wrap=True)
 
 
 @trajectory_app.command("export")
@@ -119,6 +172,11 @@ def export(
         return
     where = f" and {result.frames} frames to {result.frames_path}" if result.frames_path else ""
     console.print(f"{result.trajectories} trajectories, {result.rows} steps to {result.steps_path}{where}")
+    if result.media:
+        console.print(
+            f"{result.media} media (screen recordings) listed in its metadata (sandbox.media), not exported: "
+            "sandbox trajectory media ID SHA256 -o FILE"
+        )
 
 
 @trajectory_app.command("replay")

@@ -135,6 +135,13 @@ class Metrics:
             ["pool", "kind"],
             registry=r,
         )
+        self.recordings = Counter(
+            "sandbox_recordings",
+            "Screen recordings of episodes (android; reset with record): 'kept' with the trajectory, or 'failed' (it "
+            "did not start, or was lost at its stop: the trajectory's warnings say why).",
+            ["kind", "outcome"],
+            registry=r,
+        )
         self.leader = Gauge(
             "sandbox_lifecycle_leader",
             "1 while this replica leads the background work (pools, health, expiry, reconciliation).",
@@ -177,6 +184,9 @@ class Metrics:
 
     def expired(self, kind: SandboxKind, reason: str) -> None:
         self.expirations.labels(kind.value, reason).inc()
+
+    def recording(self, kind: SandboxKind, outcome: Literal["kept", "failed"]) -> None:
+        self.recordings.labels(kind.value, outcome).inc()
 
     def set_leader(self, leader: bool) -> None:
         self.leader.set(1 if leader else 0)

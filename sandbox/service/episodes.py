@@ -13,7 +13,8 @@
 
 The episode lives on the sandbox's record in the store (``SandboxRecord.episode``), written by compare-and-set, so
 any replica serves the next step; the task (and the fixtures it came with) is kept in the store for the evaluation
-(``task_store``). Every step is recorded to the trajectory store (``trajectory_ops``).
+(``task_store``). Every step is recorded to the trajectory store (``trajectory_ops``), and, asked for
+(``record_screen``, android), the screen: started at the reset, kept at the episode's end.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class EpisodeOps(TaskSnapshotOps):
         start of an episode of it, and its first observation (see :meth:`reset_to_task`)."""
         if task is None:
             before = await self._find(principal, sandbox_id)
+            await self._end_recording(before)
             info = await super().reset(principal, sandbox_id, snapshot=snapshot)
             await self._abandon(before)
             return info
@@ -112,14 +114,17 @@ class EpisodeOps(TaskSnapshotOps):
             raise InvalidArgument("reset to a task or to a snapshot, not both")
         return (await self.reset_to_task(principal, sandbox_id, task))[1]
 
-    async def reset_to_task(self, principal: Principal, sandbox_id: str, task: Task) -> tuple[SandboxInfo, Observation]:
+    async def reset_to_task(
+        self, principal: Principal, sandbox_id: str, task: Task, *, record_screen: bool = False
+    ) -> tuple[SandboxInfo, Observation]:
         """Start an episode of ``task``: its post-setup state (a warm instance of its snapshot when there is one,
-        else its setup run and snapshotted for the next time) and the first observation."""
+        else its setup run and snapshotted for the next time) and the first observation. ``record_screen``: the
+        episode's screen recorded into its trajectory (android only; see ``trajectory_ops``)."""
         with self.metrics.operation("reset"):
-            return await self._reset_to_task(principal, sandbox_id, task)
+            return await self._reset_to_task(principal, sandbox_id, task, record_screen)
 
     async def _reset_to_task(
-        self, principal: Principal, sandbox_id: str, task: Task
+        self, principal: Principal, sandbox_id: str, task: Task, record_screen: bool
     ) -> tuple[SandboxInfo, Observation]:
         started = time.perf_counter()
         problems = task.problems()
@@ -131,6 +136,8 @@ class EpisodeOps(TaskSnapshotOps):
                 f"task {task.id!r} runs in a {task.sandbox.kind.value} sandbox; {sandbox_id} is "
                 f"{record.spec.kind.value}: create a {task.sandbox.kind.value} sandbox for it"
             )
+        if record_screen:
+            self._check_recording(record)
         fixtures = task.fixtures or self.fixtures
         kept, live = split_setup(task)
         digest = task.digest(fixtures)
@@ -149,6 +156,7 @@ class EpisodeOps(TaskSnapshotOps):
         )
         timings: dict[str, float] = {}
         before = record
+        await self._end_recording(before)  # before the emulator's reset loses it
         swapped = name is not None and await self._use_task_snapshot(principal.tenant, name)
         lock = None
         try:
@@ -176,12 +184,16 @@ class EpisodeOps(TaskSnapshotOps):
         if ran:
             timings["setup"] = ms_since(setup_started)
         episode = episode.model_copy(update={"started_at": time.time()})  # the clock starts when the agent can act
+        since, warnings = await self._start_recording(updated) if record_screen else (None, [])
+        episode = episode.model_copy(update={"recording_since": since})
         updated = await self._begin(updated, episode)
         await self._abandon(before)
         obs = await self._first_observation(updated)
         image = await self._image(principal, updated.spec)
-        await self._start_trajectory(updated, episode, image)
+        await self._start_trajectory(updated, episode, image, warnings=warnings)
         info = {**episode.summary(), "setup_ran": ran > 0, "setup_steps": ran, "snapshot": name if swapped else None}
+        if record_screen:
+            info["recording"] = since is not None
         obs = obs.model_copy(
             update={"info": info, "timings_ms": {**timings, **obs.timings_ms, "total": ms_since(started)}}
         )
@@ -327,6 +339,7 @@ class EpisodeOps(TaskSnapshotOps):
                 done=True, truncated=now_episode.truncated, reason=now_episode.reason, ended_at=now_episode.ended_at
             )
         await self._record_step(updated, now_episode, now_episode.steps, action, obs, changes=changes)
+        await self._recording_after_step(updated, now_episode)
         return obs
 
     # ------------------------------------------------------------------ evaluate

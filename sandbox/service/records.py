@@ -17,7 +17,7 @@ import secrets
 import time
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from sandbox.models import SandboxInfo, SandboxKind, SandboxSpec, SandboxState, SnapshotInfo
 
@@ -88,6 +88,18 @@ class EpisodeRecord(BaseModel):
     last_action: str | None = None
     """The last action: "DONE", "FAIL", "WAIT", or its type (OSWorld's evaluators read it)."""
     reward: float | None = None
+    recording_since: float | None = None
+    """When the running segment of the episode's screen recording began (``reset(task, record=True)``, android);
+    None: none runs (none asked for, it could not start, or it was stopped at the episode's end)."""
+
+    @model_serializer(mode="wrap")
+    def _without_unset_recording(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out when None, so a replica of the previous version (whose record forbids unknown fields) still
+        # reads every episode but a recording one during a rolling upgrade.
+        data: dict[str, Any] = handler(self)
+        if data.get("recording_since") is None:
+            data.pop("recording_since", None)
+        return data
 
     def summary(self) -> dict[str, Any]:
         """The ``Observation.info`` of a step: where the episode stands."""

@@ -1,4 +1,5 @@
-"""Trajectories: every step of every episode (action, timings, observation, frames, reward), for the data flywheel.
+"""Trajectories: every step of every episode (action, timings, observation, frames, reward, screen recordings), for
+the data flywheel.
 
 The service records them through a :class:`TrajectoryStore`; :class:`LocalTrajectoryStore` (a directory) is the
 default. :class:`TrajectorySettings` is the ``trajectories`` section of the server settings.
@@ -12,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.trajectories.base import TrajectoryStore
 from sandbox.trajectories.local import LocalTrajectoryStore, frame_hash
-from sandbox.trajectories.models import FrameRef, Trajectory, TrajectoryInfo, TrajectoryStep
+from sandbox.trajectories.models import MAX_MEDIA_BYTES, FrameRef, MediaRef, Trajectory, TrajectoryInfo, TrajectoryStep
 
 
 class TrajectorySettings(BaseModel):
@@ -40,8 +41,10 @@ class TrajectorySettings(BaseModel):
 
 
 __all__ = [
+    "MAX_MEDIA_BYTES",
     "FrameRef",
     "LocalTrajectoryStore",
+    "MediaRef",
     "Trajectory",
     "TrajectoryInfo",
     "TrajectorySettings",

@@ -1,9 +1,10 @@
 """The trajectory store's interface: where the service records every step of every episode.
 
-A store keeps each trajectory's summary, its steps in order, and its frames (screenshots) once per distinct
-content. Every call names the tenant it acts for; ``tenant=None`` (an admin) reaches every tenant's. The local
-directory store (:mod:`sandbox.trajectories.local`) is the default; another (object storage, a database) only has
-to implement this class.
+A store keeps each trajectory's summary, its steps in order, its frames (screenshots) once per distinct content,
+and its media (screen recordings: ``TrajectoryInfo.media``) up to ``MAX_MEDIA_BYTES`` each. Every call names the
+tenant it acts for; ``tenant=None`` (an admin) reaches every tenant's. The local directory store
+(:mod:`sandbox.trajectories.local`) is the default; another (object storage, a database) only has to implement
+this class.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandbox.models import Screenshot
-from sandbox.trajectories.models import Trajectory, TrajectoryInfo, TrajectoryStep
+from sandbox.trajectories.models import MediaRef, Trajectory, TrajectoryInfo, TrajectoryStep
 
 
 class TrajectoryStore(abc.ABC):
@@ -53,8 +54,35 @@ class TrajectoryStore(abc.ABC):
         """One frame of a trajectory by its content hash; None when there is none."""
 
     @abc.abstractmethod
+    async def attach_media(
+        self,
+        tenant: str,
+        trajectory_id: str,
+        data: bytes,
+        *,
+        content_type: str,
+        name: str,
+        started_at: float,
+        ended_at: float | None = None,
+    ) -> MediaRef:
+        """Keep ``data`` with the trajectory (once per content) and list it in the summary's ``media``; the ref.
+        ``InvalidArgument`` when it is larger than ``MAX_MEDIA_BYTES``, ``NotFound`` when there is no such
+        trajectory of ``tenant``."""
+
+    @abc.abstractmethod
+    async def warn(self, tenant: str, trajectory_id: str, message: str) -> None:
+        """Add ``message`` to the summary's ``warnings`` (something lost while recording; the episode went on)."""
+
+    @abc.abstractmethod
+    async def media(
+        self, trajectory_id: str, sha256: str, *, tenant: str | None, offset: int = 0, length: int | None = None
+    ) -> tuple[MediaRef, bytes] | None:
+        """A medium of a trajectory by its hash: its ref and its bytes from ``offset`` (``length`` of them, or to the
+        end); None when there is none (or not ``tenant``'s)."""
+
+    @abc.abstractmethod
     async def delete(self, trajectory_id: str, *, tenant: str | None) -> bool:
-        """Remove a trajectory and its frames; False when there was none."""
+        """Remove a trajectory, its frames and its media; False when there was none."""
 
     async def close(self) -> None:  # noqa: B027 - nothing to release unless a store holds connections
         """Release what the store holds."""

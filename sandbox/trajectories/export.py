@@ -12,6 +12,11 @@ One row per step (index 0 is the reset that started the episode, then one per ac
 and the screenshots: ``frames="table"`` (the default) writes each distinct one once to ``<out>.frames.parquet``
 (``sha256, format, width, height, data``; join on ``frame_sha256``), ``"inline"`` puts its bytes in the step's row
 (column ``screenshot``), ``"none"`` keeps only the hashes. Needs ``pyarrow`` (``pip install 'sandbox[gym]'``).
+
+Media (screen recordings, ``TrajectoryInfo.media``) are not exported, and no row changes for them: the steps file's
+schema metadata lists them under ``sandbox.media`` (JSON: trajectory id -> its ``MediaRef``s, hashes and times;
+``pyarrow.parquet.read_schema(out).metadata``); fetch them with ``sandbox trajectory media`` or
+``client.trajectories.media``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from sandbox.errors import FailedPrecondition
 from sandbox.models import Observation
 from sandbox.trajectories.models import Trajectory
 
+MEDIA_METADATA = "sandbox.media"
+"""The steps file's schema metadata key listing the exported trajectories' media (JSON)."""
 FrameMode = Literal["table", "inline", "none"]
 FrameSource = Callable[[str, str], bytes | None]
 """``frames(trajectory_id, sha256) -> bytes`` of a frame (None when it is gone)."""
@@ -44,6 +51,8 @@ class ExportResult:
     trajectories: int
     rows: int
     frames: int
+    media: int = 0
+    """Media listed in the steps file's metadata (``sandbox.media``), not exported."""
 
 
 def _pyarrow() -> Any:
@@ -122,8 +131,11 @@ def to_parquet(
     kept: dict[str, dict[str, Any]] = {}
     inline: list[bytes | None] = []
     count = 0
+    media: dict[str, list[dict[str, Any]]] = {}
     for trajectory in trajectories:
         count += 1
+        if trajectory.info.media:
+            media[trajectory.info.id] = [ref.model_dump(mode="json") for ref in trajectory.info.media]
         for row in step_rows(trajectory):
             sha = row["frame_sha256"]
             data = None
@@ -139,6 +151,8 @@ def to_parquet(
             rows.append(row)
     columns: dict[str, list[Any]] = {name: [row[name] for row in rows] for name in STEP_COLUMNS}
     schema = _steps_schema(pa, inline=mode == "inline")
+    if media:
+        schema = schema.with_metadata({MEDIA_METADATA: json.dumps(media)})
     if mode == "inline":
         columns["screenshot"] = inline
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +166,7 @@ def to_parquet(
             schema=_frame_schema(pa),
         )
         pa.parquet.write_table(table, frames_path)
-    return ExportResult(out, frames_path, count, len(rows), len(kept))
+    return ExportResult(out, frames_path, count, len(rows), len(kept), sum(map(len, media.values())))
 
 
 def _frame_schema(pa: Any) -> Any:

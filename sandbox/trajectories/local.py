@@ -3,6 +3,7 @@
     <root>/<tenant>/<trajectory id>/meta.json        the summary (TrajectoryInfo)
                                     steps.jsonl      one TrajectoryStep a line, in order
                                     frames/<sha256>.png|jpg   each distinct screenshot once
+                                    media/<sha256>.mp4|bin    each medium (screen recording) once, listed in meta.json
 
 Frames are named by the SHA-256 of their encoded bytes, so a screen that did not change between steps is kept
 once. The summary is rewritten atomically (a temporary file, then a rename); steps are appended a line at a time.
@@ -26,13 +27,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, NotFound
 from sandbox.models import Screenshot
 from sandbox.trajectories.base import TrajectoryStore
 from sandbox.trajectories.models import (
+    MAX_MEDIA_BYTES,
+    MEDIA_TYPE,
     SHA256,
     TRAJECTORY_ID,
     FrameRef,
+    MediaRef,
     Trajectory,
     TrajectoryInfo,
     TrajectoryStep,
@@ -41,6 +45,8 @@ from sandbox.trajectories.models import (
 META = "meta.json"
 STEPS = "steps.jsonl"
 FRAMES = "frames"
+MEDIA = "media"
+_MEDIA_EXTENSIONS = {"video/mp4": "mp4", "video/webm": "webm"}
 _EXTENSIONS = {"png": "png", "jpeg": "jpg"}
 _FORMATS = {ext: fmt for fmt, ext in _EXTENSIONS.items()}
 _SAFE_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -60,6 +66,21 @@ def frame_hash(data: bytes) -> str:
 
 def frame_name(sha256: str, format: str) -> str:
     return f"{sha256}.{_EXTENSIONS[format]}"
+
+
+def media_file(ref: MediaRef) -> str:
+    """A medium's file name in its trajectory's ``media/``: its hash, and an extension for its type."""
+    return f"{ref.sha256}.{_MEDIA_EXTENSIONS.get(ref.content_type, 'bin')}"
+
+
+def check_media(data: bytes, content_type: str) -> None:
+    """``InvalidArgument`` for a medium no trajectory keeps: over ``MAX_MEDIA_BYTES``, or of no media type."""
+    if len(data) > MAX_MEDIA_BYTES:
+        raise InvalidArgument(
+            f"a medium of {len(data) / 2**20:.1f} MiB is over the {MAX_MEDIA_BYTES >> 20} MiB a trajectory keeps"
+        )
+    if not MEDIA_TYPE.match(content_type):
+        raise InvalidArgument(f"{content_type!r} is not a media type (such as video/mp4)")
 
 
 def _check_id(trajectory_id: str) -> None:
@@ -155,6 +176,57 @@ class LocalTrajectoryStore(TrajectoryStore):
                     changes["frames"] = meta.frames + 1
                 self._write_meta(path, meta, changes)
 
+    async def attach_media(
+        self,
+        tenant: str,
+        trajectory_id: str,
+        data: bytes,
+        *,
+        content_type: str,
+        name: str,
+        started_at: float,
+        ended_at: float | None = None,
+    ) -> MediaRef:
+        check_media(data, content_type)
+        ref = MediaRef(
+            sha256=frame_hash(data),
+            content_type=content_type,
+            size=len(data),
+            name=name,
+            started_at=started_at,
+            ended_at=ended_at,
+        )
+        return await asyncio.to_thread(self._attach_media, tenant, trajectory_id, ref, data)
+
+    def _attach_media(self, tenant: str, trajectory_id: str, ref: MediaRef, data: bytes) -> MediaRef:
+        path = self._dir(tenant, trajectory_id)
+        meta = self._read_meta(path)
+        if meta is None or meta.tenant != tenant:
+            raise NotFound(f"no trajectory {trajectory_id!r}")
+        (path / MEDIA).mkdir(exist_ok=True)
+        target = path / MEDIA / media_file(ref)
+        if not target.exists():
+            _write_atomic(target, data)
+        with self._lock:
+            meta = self._read_meta(path)
+            if meta is None:
+                raise NotFound(f"no trajectory {trajectory_id!r}")
+            for kept in meta.media:
+                if kept.sha256 == ref.sha256:
+                    return kept
+            self._write_meta(path, meta, {"media": [*meta.media, ref]})
+        return ref
+
+    async def warn(self, tenant: str, trajectory_id: str, message: str) -> None:
+        await asyncio.to_thread(self._warn, tenant, trajectory_id, message)
+
+    def _warn(self, tenant: str, trajectory_id: str, message: str) -> None:
+        path = self._dir(tenant, trajectory_id)
+        with self._lock:
+            meta = self._read_meta(path)
+            if meta is not None:
+                self._write_meta(path, meta, {"warnings": [*meta.warnings, message]})
+
     async def update(self, tenant: str, trajectory_id: str, changes: Mapping[str, Any]) -> None:
         await asyncio.to_thread(self._update, tenant, trajectory_id, dict(changes))
 
@@ -220,6 +292,30 @@ class LocalTrajectoryStore(TrajectoryStore):
                 width, height = _image_size(data)
                 return Screenshot.model_validate({"data": data, "width": width, "height": height, "format": fmt})
         return None
+
+    async def media(
+        self, trajectory_id: str, sha256: str, *, tenant: str | None, offset: int = 0, length: int | None = None
+    ) -> tuple[MediaRef, bytes] | None:
+        if not SHA256.match(sha256):
+            raise InvalidArgument(f"{sha256!r} is not a medium's SHA-256 (64 lowercase hex digits)")
+        if offset < 0 or (length is not None and length < 0):
+            raise InvalidArgument("offset and length must be >= 0")
+        return await asyncio.to_thread(self._media, trajectory_id, sha256, tenant, offset, length)
+
+    def _media(
+        self, trajectory_id: str, sha256: str, tenant: str | None, offset: int, length: int | None
+    ) -> tuple[MediaRef, bytes] | None:
+        path = self._find(trajectory_id, tenant)
+        meta = None if path is None else self._read_meta(path)
+        ref = next((m for m in meta.media if m.sha256 == sha256), None) if meta is not None else None
+        if path is None or ref is None:
+            return None
+        try:
+            with open(path / MEDIA / media_file(ref), "rb") as f:
+                f.seek(offset)
+                return ref, f.read(-1 if length is None else length)
+        except FileNotFoundError:
+            return None
 
     async def delete(self, trajectory_id: str, *, tenant: str | None) -> bool:
         return await asyncio.to_thread(self._delete, trajectory_id, tenant)

@@ -1,4 +1,5 @@
-"""What a trajectory is on the wire and on disk: its summary (``TrajectoryInfo``), its steps and their frames.
+"""What a trajectory is on the wire and on disk: its summary (``TrajectoryInfo``), its steps and their frames, and
+the media kept with it (``MediaRef``: an android episode's screen recording).
 
 Shared by the service (which records them), the API skins and the SDK (which read them), so this module needs
 nothing but pydantic and :mod:`sandbox.models`. The proto mirrors these models field for field
@@ -16,6 +17,11 @@ from sandbox.models import Model, Observation, SandboxKind
 
 TRAJECTORY_ID = re.compile(r"^tr-[0-9a-f]{16}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+MAX_MEDIA_BYTES = 256 * 1024 * 1024
+"""The largest medium a trajectory keeps (a screen recording); a larger one is refused, with a warning kept."""
+MEDIA_CHUNK_BYTES = 16 * 1024 * 1024
+"""The most of a medium one gRPC call carries (``GetTrajectoryMedia``; gRPC messages are 64 MiB at most)."""
+MEDIA_TYPE = re.compile(r"^[a-z]+/[a-z0-9][a-z0-9.+-]{0,62}$")
 
 
 class FrameRef(Model):
@@ -25,6 +31,17 @@ class FrameRef(Model):
     format: Literal["png", "jpeg"]
     width: int
     height: int
+
+
+class MediaRef(Model):
+    """A medium kept with a trajectory (a screen recording of the episode), named by the SHA-256 of its bytes."""
+
+    sha256: str = Field(description="SHA-256 of the bytes: the medium's name in its trajectory.")
+    content_type: str = Field(description='Its media type, e.g. "video/mp4".')
+    size: int = Field(ge=0, le=MAX_MEDIA_BYTES, description="Bytes.")
+    name: str = Field(description='A file name for it, e.g. "screen-0000.mp4" (seconds into the episode).')
+    started_at: float = Field(description="Unix seconds: what it shows starts then.")
+    ended_at: float | None = Field(None, description="Unix seconds: what it shows ends then.")
 
 
 class TrajectoryStep(Model):
@@ -56,6 +73,12 @@ class TrajectoryInfo(Model):
     truncated: bool = Field(False, description="Ended by the step or time limit, not by the agent.")
     reason: str | None = Field(None, description="Why it ended: done, fail, step_limit, time_limit, reset.")
     frames: int = Field(0, description="Distinct screenshots kept.")
+    media: list[MediaRef] = Field(
+        default_factory=list, description="Media kept with it (screen recordings, in order), fetched by hash."
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="What went wrong while recording it, the episode went on (a recording lost)."
+    )
 
 
 class Trajectory(Model):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from sandbox import models
-from sandbox.trajectories.models import FrameRef, Trajectory, TrajectoryInfo, TrajectoryStep
+from sandbox.trajectories.models import FrameRef, MediaRef, Trajectory, TrajectoryInfo, TrajectoryStep
 from sandbox.wire import convert
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 
@@ -50,6 +50,16 @@ def trajectory_to_proto(trajectory: Trajectory) -> pb.Trajectory:
 
 def trajectory_from_proto(message: pb.Trajectory) -> Trajectory:
     return Trajectory(info=trajectory_info_from_proto(message.info), steps=[step_from_proto(s) for s in message.steps])
+
+
+def media_ref_to_proto(ref: MediaRef) -> pb.MediaRef:
+    message = pb.MediaRef()
+    convert.fill(message, ref.model_dump(exclude_none=True))
+    return message
+
+
+def media_ref_from_proto(message: pb.MediaRef) -> MediaRef:
+    return MediaRef.model_validate(convert.to_dict(message))
 
 
 def screenshot_to_proto(shot: models.Screenshot) -> pb.Screenshot:

@@ -100,7 +100,7 @@ def test_the_surface_is_what_the_docs_promise() -> None:
     handle |= {"evaluate"}
     assert handle | {"close"} <= set(public(Sandbox))  # plus the instance attributes `info` and `files`
     assert set(public(Files)) == {"read", "write", "list", "delete", "upload", "download"}
-    assert set(public(Trajectories)) == {"list", "get", "frame", "delete"}
+    assert set(public(Trajectories)) == {"list", "get", "frame", "media", "delete"}
 
 
 def test_lease_and_snapshot_signatures() -> None:
@@ -111,6 +111,7 @@ def test_lease_and_snapshot_signatures() -> None:
         ("self", positional, empty),
         ("snapshot", positional, None),
         ("task", keyword, None),
+        ("record", keyword, False),
     ]
     assert params(Sandbox.snapshot) == [("self", positional, empty), ("name", positional, empty), ("warm", keyword, 0)]
     assert params(Client.snapshots) == [("self", positional, empty)]

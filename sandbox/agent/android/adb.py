@@ -16,6 +16,9 @@ UI_DUMP_PATH = "/sdcard/sandbox-window-dump.xml"
 RECORD_PATH = "/sdcard/sandbox-recording.mp4"
 RECORD_LIMIT_S = 180
 """``screenrecord`` stops by itself after this long (its own maximum)."""
+RECORD_BIT_RATE = 4_000_000
+"""4 Mbit/s: a full segment is at most about 90 MB, well under what a trajectory keeps (its default, about 20
+Mbit/s on recent images, could pass that)."""
 
 
 def input_text_arg(text: str) -> str:
@@ -95,7 +98,7 @@ class Adb:
     async def record_start(self) -> None:
         if self._recording is not None and self._recording.returncode is None:
             raise AgentError(ErrorCode.BAD_REQUEST, "a screen recording is already running")
-        command = f"screenrecord --time-limit {RECORD_LIMIT_S} {RECORD_PATH}"
+        command = f"screenrecord --time-limit {RECORD_LIMIT_S} --bit-rate {RECORD_BIT_RATE} {RECORD_PATH}"
         self._recording = await asyncio.create_subprocess_exec(
             *self._argv, "shell", command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
         )

@@ -37,6 +37,11 @@ class ResetRequest(Model):
         default_factory=dict,
         description="Files the task downloads, URL -> base64 bytes, on top of the server's fixtures (48 MiB in all).",
     )
+    record: StrictBool = Field(
+        False,
+        description="With a task: record the episode's screen into its trajectory (info.media: an MP4 per 180 s "
+        "segment at most, fetched at /v1/trajectories/{id}/media/{sha256}). Android sandboxes only (409 elsewhere).",
+    )
 
 
 class EpisodeStart(Model):
@@ -45,7 +50,7 @@ class EpisodeStart(Model):
     sandbox: SandboxInfo
     observation: Observation = Field(
         description="The episode's first observation; info: {steps, truncated, reason, task_id, trajectory_id, "
-        "setup_ran, setup_steps, snapshot}."
+        "setup_ran, setup_steps, snapshot} and, with record, recording (whether the screen recording started)."
     )
 
 

@@ -25,6 +25,7 @@ from sandbox.api.rest.errors import GuardedRoute
 from sandbox.errors import InvalidArgument
 from sandbox.models import Exec, ExecResult, Health, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
 from sandbox.protocol import MAX_READ_BYTES
+from sandbox.service.trajectory_ops import RECORD_NEEDS_A_TASK
 from sandbox.wire.convert import Renewal
 
 API_PREFIX = "/v1"
@@ -100,8 +101,10 @@ def router() -> APIRouter:
             if snapshot is not None:
                 raise InvalidArgument("reset to a task or to a snapshot, not both")
             task = service.load_task(body.task, fixtures=body.fixtures)
-            info, obs = await service.reset_to_task(caller, sandbox_id, task)
+            info, obs = await service.reset_to_task(caller, sandbox_id, task, record_screen=body.record)
             return EpisodeStart(sandbox=info, observation=obs)
+        if body is not None and body.record:
+            raise InvalidArgument(RECORD_NEEDS_A_TASK)
         return await service.reset(caller, sandbox_id, snapshot=snapshot)
 
     @router.post(

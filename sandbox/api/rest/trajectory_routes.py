@@ -1,7 +1,8 @@
-"""The ``/v1/trajectories`` routes of the REST skin: the recorded episodes, their steps and their frames."""
+"""The ``/v1/trajectories`` routes of the REST skin: the recorded episodes, their steps, frames and media."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
@@ -12,6 +13,7 @@ from sandbox.api.rest.context import Caller, Service
 from sandbox.api.rest.errors import GuardedRoute
 from sandbox.trajectories.models import Trajectory
 
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 TrajectoryId = Annotated[str, Path(pattern=r"^tr-[0-9a-f]{16}$", description="A trajectory id: tr-<16 hex digits>.")]
 
 
@@ -26,7 +28,7 @@ def router(prefix: str) -> APIRouter:
             409,
             422,
             "5XX",
-            d404="No such trajectory (or not yours), or no such frame.",
+            d404="No such trajectory (or not yours), or no such frame or medium.",
             d409="This control plane records no trajectories.",
         ),
     )
@@ -63,6 +65,29 @@ def router(prefix: str) -> APIRouter:
             headers={
                 "X-Screen-Width": str(shot.width),
                 "X-Screen-Height": str(shot.height),
+                "Cache-Control": "private, max-age=31536000, immutable",  # named by its content
+            },
+        )
+
+    @router.get(
+        "/trajectories/{trajectory_id}/media/{sha256}",
+        response_class=Response,
+        responses={200: {"content": {"video/mp4": {}}, "description": "The medium's bytes (a screen recording)."}},
+    )
+    async def trajectory_media(
+        trajectory_id: TrajectoryId,
+        sha256: Annotated[str, Path(pattern=r"^[0-9a-f]{64}$")],
+        caller: Caller,
+        service: Service,
+    ) -> Response:
+        """A medium kept with a trajectory (a screen recording), by the hash its summary names (``media[].sha256``);
+        its content type is the ref's."""
+        ref, data = await service.trajectory_media(caller, trajectory_id, sha256)
+        return Response(
+            data,
+            media_type=ref.content_type,
+            headers={
+                "Content-Disposition": f'attachment; filename="{_SAFE_NAME.sub("_", ref.name)}"',
                 "Cache-Control": "private, max-age=31536000, immutable",  # named by its content
             },
         )

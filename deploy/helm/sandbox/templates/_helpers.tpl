@@ -212,6 +212,7 @@ server.json: the settings `sandbox server --config` reads (pools, lifecycle, bac
 {{- $_ := set $images $kind (include "sandbox.sandboxImage" (dict "kind" $kind "root" $)) }}
 {{- end }}
 {{- $s := .Values.sandboxes }}
+{{- $android := $s.android | default dict }}
 {{- $backend := dict
   "type" "kubernetes"
   "namespace" (include "sandbox.sandboxNamespace" .)
@@ -226,6 +227,8 @@ server.json: the settings `sandbox server --config` reads (pools, lifecycle, bac
   "volume_access_mode" $s.volumeAccessMode
   "volume_size" $s.volumeSize
   "snapshot_dir" .Values.controlPlane.snapshots.path
+  "android_kvm_resource" ($android.kvmResource | default nil)
+  "android_kvm_group" ($android.kvmGroup | default nil)
 }}
 {{- dict "backend" $backend "pools" $pools "lifecycle" .Values.lifecycle | toPrettyJson }}
 {{- end }}
