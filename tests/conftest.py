@@ -8,7 +8,9 @@ import contextlib
 import os
 import secrets
 import shutil
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import docker
@@ -26,6 +28,7 @@ RUN_ID = os.environ.get("SANDBOX_TEST_RUN_ID") or secrets.token_hex(4)
 OWNER = f"test-{RUN_ID}"
 SOCKET_ROOT = f"/run/sbx-test-{RUN_ID}"
 TEST_LABEL = {"sandbox.test-run": RUN_ID}
+REMOVE_AT_ONCE = 8
 
 
 def owner_filter() -> dict[str, list[str]]:
@@ -34,16 +37,49 @@ def owner_filter() -> dict[str, list[str]]:
 
 @contextlib.contextmanager
 def owned_by(docker_client: docker.DockerClient, owner: str, socket_root: str) -> Iterator[None]:
-    """Everything labelled ``owner`` (a control plane of its own, ``f"{OWNER}-<suffix>"``), and its socket root,
-    is removed at the end, whatever the test did."""
+    """Everything labelled ``owner`` (a control plane of its own, ``f"{OWNER}-<suffix>"``): its containers, then its
+    networks (the per-tenant ``sbx-internal-<owner>-<hash>``), and its socket root, is removed at the end, whatever
+    the test did. The one teardown path of such a test."""
     try:
         yield
     finally:
-        # By id from the low-level listing: a container the server removes meanwhile must not stop the clean-up.
-        for summary in docker_client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
-            with contextlib.suppress(docker.errors.NotFound):
-                docker_client.api.remove_container(summary["Id"], force=True, v=True)
+        _remove_owned(docker_client, owner)
         shutil.rmtree(socket_root, ignore_errors=True)
+
+
+def _remove_owned(docker_client: docker.DockerClient, owner: str, attempts: int = 5) -> None:
+    """By id from the low-level listings: a container or network the server removes meanwhile must not stop the
+    clean-up. Containers go ``REMOVE_AT_ONCE`` at a time (a sandbox's takes about half a second). A network still in
+    use (a container being made, or removed by someone else, when the containers were listed) is tried again after
+    the next pass over the containers; one left after ``attempts`` passes fails the test."""
+    label = {"label": f"{LABEL_OWNER}={owner}"}
+
+    def remove_container(container_id: str) -> None:
+        try:
+            docker_client.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as e:  # 409: someone else's removal of it is under way
+            if e.status_code != 409:
+                raise
+
+    for attempt in range(attempts):
+        listed = [summary["Id"] for summary in docker_client.api.containers(all=True, filters=label)]
+        with ThreadPoolExecutor(REMOVE_AT_ONCE) as pool:
+            list(pool.map(remove_container, listed))
+        in_use: list[str] = []
+        for network in docker_client.api.networks(filters=label):
+            try:
+                docker_client.api.remove_network(network["Id"])
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:  # in use (403/409 by engine version): the next pass
+                in_use.append(f"{network['Name']}: {e.explanation}")
+        if not in_use:
+            return
+        if attempt + 1 < attempts:
+            time.sleep(0.5)
+    raise AssertionError(f"networks of {owner} left in use after {attempts} clean-up passes: {in_use}")
 
 
 @pytest.fixture(scope="session")
@@ -69,12 +105,9 @@ async def backend(docker_client: docker.DockerClient) -> AsyncIterator[DockerBac
     yield backend
     await backend.close()
     leaked = docker_client.containers.list(all=True, filters=owner_filter())
-    for container in leaked:
-        container.remove(force=True, v=True)
+    _remove_owned(docker_client, OWNER)  # the containers, then the networks
     for volume in docker_client.volumes.list(filters=owner_filter()):
         volume.remove(force=True)
-    for network in docker_client.networks.list(filters=owner_filter()):
-        network.remove()
     socket_dirs = os.listdir(SOCKET_ROOT) if os.path.isdir(SOCKET_ROOT) else []
     claims = os.path.join(SOCKET_ROOT, CLAIMS_DIR)
     if CLAIMS_DIR in socket_dirs and not os.listdir(claims):

@@ -5,24 +5,18 @@ signal or ``/proc``), and what an ``internal`` network (one per tenant) does and
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import secrets
 from pathlib import Path
 
-import docker
 import pytest
 
-from sandbox.backends.base import LABEL_OWNER
-from sandbox.backends.docker.backend import DockerBackend
-from sandbox.backends.docker.config import DockerConfig
 from sandbox.models import Exec, NetworkPolicy, SandboxSpec
-from sandbox.service import Principal, SandboxService
-from sandbox.store import EmbeddedStore
-from tests.conftest import OWNER, RUN_ID, TEST_LABEL, SandboxFactory, owned_by
+from sandbox.service import Principal
+from tests.conftest import TEST_LABEL, SandboxFactory
+from tests.docker.conftest import Plane
 
 pytestmark = pytest.mark.docker
-LOGGER = logging.getLogger("sandbox.test.containment")
 
 _CONNECT = """
 import socket, sys
@@ -198,41 +192,19 @@ async def test_the_internal_network_has_no_way_out_and_no_way_to_the_host(
         )
 
 
-async def test_internal_sandboxes_of_two_tenants_do_not_reach_each_other(docker_client: docker.DockerClient) -> None:
-    owner, sockets = f"{OWNER}-tn", f"/run/sbx-test-{RUN_ID}-tn"
+async def test_internal_sandboxes_of_two_tenants_do_not_reach_each_other(plane: Plane) -> None:
     port, name = 47000 + secrets.randbelow(1000), f"sbx-{secrets.token_hex(4)}"
-    with owned_by(docker_client, owner, sockets):
-        backend = DockerBackend(DockerConfig(owner=owner, socket_root=sockets))
-        store = await EmbeddedStore.open(None, logger=LOGGER)
-        service = SandboxService(backend, store, logger=LOGGER)
-        try:
-            spec = SandboxSpec(kind="terminal", labels=TEST_LABEL, network=NetworkPolicy.INTERNAL)
-            alpha = await service.create(Principal("alpha"), spec)
-            beta = await service.create(Principal("beta"), spec)
-            record = await store.get("sandboxes", alpha.id)
-            assert record is not None
-            container = docker_client.containers.get(backend.container_name(record["instance"]))
-            (network,) = container.attrs["NetworkSettings"]["Networks"].values()
-            start = ["sh", "-c", 'python3 -c "$1" "$2" "$3" >/dev/null 2>&1 &', "sh", _LISTEN, str(port), name]
-            await service.exec(Principal("alpha"), alpha.id, Exec(cmd=start, keep_background=True))
-            listening = Exec(cmd="for i in $(seq 50); do test -e /tmp/listening && exit 0; sleep 0.1; done; exit 1")
-            assert (await service.exec(Principal("alpha"), alpha.id, listening)).exit_code == 0
-            reached = await service.exec(
-                Principal("beta"),
-                beta.id,
-                Exec(cmd=["python3", "-c", _CONNECT, "tcp", f"{network['IPAddress']}:{port}"]),
-            )
-            assert not reached.stdout.startswith("connected"), (
-                "beta's sandbox reached alpha's over the internal network"
-            )
-        finally:
-            await service.close()
-            await store.close()
-            await backend.close()
-            for summary in docker_client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
-                docker_client.api.remove_container(summary["Id"], force=True, v=True)
-            for network in docker_client.networks.list(filters={"label": f"{LABEL_OWNER}={owner}"}):
-                network.remove()
+    alpha_p, beta_p = Principal("alpha"), Principal("beta")
+    spec = SandboxSpec(kind="terminal", labels=TEST_LABEL, network=NetworkPolicy.INTERNAL)
+    alpha = await plane.service.create(alpha_p, spec)
+    beta = await plane.service.create(beta_p, spec)
+    start = ["sh", "-c", 'python3 -c "$1" "$2" "$3" >/dev/null 2>&1 &', "sh", _LISTEN, str(port), name]
+    await plane.service.exec(alpha_p, alpha.id, Exec(cmd=start, keep_background=True))
+    listening = Exec(cmd="for i in $(seq 50); do test -e /tmp/listening && exit 0; sleep 0.1; done; exit 1")
+    assert (await plane.service.exec(alpha_p, alpha.id, listening)).exit_code == 0
+    connect = Exec(cmd=["python3", "-c", _CONNECT, "tcp", f"{await plane.address_of(alpha.id)}:{port}"])
+    reached = await plane.service.exec(beta_p, beta.id, connect)
+    assert not reached.stdout.startswith("connected"), "beta's sandbox reached alpha's over the internal network"
 
 
 async def test_a_cpu_hog_gets_no_more_than_its_cpus(make_sandbox: SandboxFactory) -> None:

@@ -1,88 +1,27 @@
 """Network ``internal`` is one bridge per tenant (``sandbox/backends/docker/networks.py``): one tenant's internal
 sandboxes reach each other on it, a reset keeps the sandbox on it, and it goes with the tenant's last sandbox (the
-other tenants' networks stay). Real containers, through the service, on a control plane (owner) of their own."""
+other tenants' networks stay). Real containers, through the service, on a control plane (owner) of their own
+(``plane``, in ``tests/docker/conftest.py``)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import secrets
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
-import docker
 import pytest
-import pytest_asyncio
 
 from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, LABEL_TENANT_HASH, MANAGED_BY, tenant_hash
-from sandbox.backends.docker.backend import DockerBackend
 from sandbox.backends.docker.backend import _call as engine_call
-from sandbox.backends.docker.config import DockerConfig
 from sandbox.errors import NotFound
 from sandbox.models import Exec, NetworkPolicy, SandboxSpec
-from sandbox.service import Principal, SandboxService
-from sandbox.store import EmbeddedStore
-from tests.conftest import OWNER, RUN_ID, TEST_LABEL, owned_by
+from sandbox.service import Principal
+from tests.conftest import TEST_LABEL
+from tests.docker.conftest import Plane
 from tests.docker.test_containment import _CONNECT, _LISTEN
 
 pytestmark = pytest.mark.docker
-LOGGER = logging.getLogger("sandbox.test.tenant-networks")
 SPEC = SandboxSpec(kind="terminal", labels=TEST_LABEL, network=NetworkPolicy.INTERNAL)
 ALPHA, BETA = Principal("alpha"), Principal("beta")
-
-
-@dataclass
-class Plane:
-    owner: str
-    backend: DockerBackend
-    store: EmbeddedStore
-    service: SandboxService
-    client: docker.DockerClient
-
-    def network_of(self, tenant: str) -> str:
-        return f"sbx-internal-{self.owner}-{tenant_hash(tenant)}"
-
-    def networks(self) -> dict[str, dict[str, str]]:
-        """This owner's networks: name -> labels."""
-        found = self.client.networks.list(filters={"label": f"{LABEL_OWNER}={self.owner}"})
-        return {n.name: dict(n.attrs.get("Labels") or {}) for n in found}
-
-    async def networks_of_sandbox(self, sandbox_id: str) -> list[str]:
-        record = await self.store.get("sandboxes", sandbox_id)
-        assert record is not None
-        container = self.client.containers.get(self.backend.container_name(record["instance"]))
-        return list(container.attrs["NetworkSettings"]["Networks"])
-
-    async def address_of(self, sandbox_id: str) -> str:
-        record = await self.store.get("sandboxes", sandbox_id)
-        assert record is not None
-        container = self.client.containers.get(self.backend.container_name(record["instance"]))
-        (network,) = container.attrs["NetworkSettings"]["Networks"].values()
-        return str(network["IPAddress"])
-
-    async def delete(self, principal: Principal, sandbox_id: str) -> None:
-        """Delete, and wait for the instance's removal (the service removes it in the background)."""
-        await self.service.delete(principal, sandbox_id)
-        await self.service.instances.drain()
-
-
-@pytest_asyncio.fixture
-async def plane(docker_client: docker.DockerClient) -> AsyncIterator[Plane]:
-    owner, sockets = f"{OWNER}-tnet", f"/run/sbx-test-{RUN_ID}-tnet"
-    with owned_by(docker_client, owner, sockets):
-        backend = DockerBackend(DockerConfig(owner=owner, socket_root=sockets))
-        store = await EmbeddedStore.open(None, logger=LOGGER)
-        service = SandboxService(backend, store, logger=LOGGER)
-        try:
-            yield Plane(owner, backend, store, service, docker_client)
-        finally:
-            await service.close()
-            await store.close()
-            await backend.close()
-            for summary in docker_client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
-                docker_client.api.remove_container(summary["Id"], force=True, v=True)
-            for network in docker_client.networks.list(filters={"label": f"{LABEL_OWNER}={owner}"}):
-                network.remove()
 
 
 async def test_one_tenants_internal_sandboxes_reach_each_other_on_its_own_network(plane: Plane) -> None:

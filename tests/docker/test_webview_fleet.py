@@ -2,8 +2,10 @@
 (``sandbox.testing.fleet``: one shared agent process serves them all), searched, filtered and paged, thumbnails
 asked only for the cards on screen, and the control plane's CPU measured with the page open.
 
-It needs Chromium but no Docker; it runs with the other browser tests. Forty *real* sandboxes belong in a soak or
-``bench/``, not here: ``test_webview.py`` covers the real containers (a terminal's output tail, the port links).
+The fake fleet needs Chromium but no Docker. The last test does it again with 40 *real* sandboxes (38 terminals,
+some with recent output, and 2 desktops for the thumbnails) on a real control plane of its own (owner
+``<run owner>-wf40``; ``owned_by`` removes its containers): a correctness test with generous bounds, not a
+benchmark; it prints what it measured. ``test_webview.py`` covers a real sandbox's own page (output, port links).
 """
 
 from __future__ import annotations
@@ -18,16 +20,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import docker
+import httpx
 import pytest
 from PIL import Image
-from playwright.sync_api import Browser, Page, Route, sync_playwright
+from playwright.sync_api import Browser, Page, Request, Route, sync_playwright
 
-from tests.docker.servers import free_port
-from tests.docker.test_webview import CHROMIUM, CHROMIUM_ARGS, _wait_for, shoot
+from tests.conftest import OWNER, RUN_ID, owned_by, require_image
+from tests.docker.servers import ServerProcess, free_port, started
+from tests.docker.test_webview import CHROMIUM, CHROMIUM_ARGS, Server, _wait_for, shoot
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -38,6 +45,18 @@ PAGE_SIZE = 24
 CPU_WINDOW_S = 10.0
 CPU_BOUND = 0.10
 """Of one core, with the list page open and polling."""
+REAL = 40
+"""Real sandboxes: the oldest and the newest desktops, terminals between (every 5th with recent output)."""
+CREATE_AT_ONCE = 6
+REAL_FIRST_CARDS_S = 10.0
+REAL_CPU_BOUND = 0.25
+"""Of one core, with the page open: the lifecycle's health probes of the 40 (every 2 s) run meanwhile."""
+
+
+def cpu_s(pid: int) -> float:
+    """Process ``pid``'s CPU time so far (user + system), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -51,8 +70,7 @@ class Fleet:
 
     def cpu_s(self) -> float:
         """The server process's CPU time so far (user + system), in seconds."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_s(self.pid)
 
 
 @pytest.fixture(scope="module")
@@ -270,3 +288,146 @@ def test_another_tenant_sees_only_its_own(fleet: Fleet, browser: Browser) -> Non
     page.wait_for_selector("#no-match:not([hidden])")
     assert shown(page) == []
     page.context.close()
+
+
+# ---------------------------------------------------------------------------- forty real sandboxes
+
+
+@dataclass
+class RealFleet:
+    server: Server
+    pid: int
+    ids: list[str]
+    """In the order they were made: ``ids[i]`` has the label ``worker=w<i:02d>``."""
+    desktops: tuple[str, str]
+    """The oldest and the newest: the last card of the second page and the first of the first."""
+    outputs: dict[str, str]
+    """Terminal id -> the line its command printed."""
+
+
+def _create(url: str, index: int, kind: str) -> str:
+    """A sandbox of tenant alpha, through its own client (the pool's threads share none)."""
+    spec = {"kind": kind, "network": "none", "labels": {"fleet": "real40", "worker": f"w{index:02d}"}}
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ALPHA_TOKEN}"}, timeout=120) as http:
+        response = http.post("/v1/sandboxes", json=spec)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+@pytest.fixture
+def real_fleet(docker_client: docker.DockerClient, tmp_path: Path) -> Iterator[RealFleet]:
+    """A real control plane on the Docker backend, owner ``<run owner>-wf40``, with ``REAL`` sandboxes of alpha's,
+    the terminals made ``CREATE_AT_ONCE`` at a time; ``owned_by`` removes them all, whatever the test did."""
+    for kind in ("terminal", "desktop"):
+        require_image(docker_client, kind)
+    owner, sockets = f"{OWNER}-wf40", f"/run/sbx-test-{RUN_ID}-wf40"
+    process = ServerProcess(tmp_path, owner=owner, socket_root=sockets, tokens={ALPHA_TOKEN: "alpha"})
+    headers = {"Authorization": f"Bearer {ALPHA_TOKEN}"}
+    with owned_by(docker_client, owner, sockets), started(process):
+        url = process.http_url
+        with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
+            server = Server(url, http)
+            began = time.monotonic()
+            oldest = _create(url, 0, "desktop")
+            with ThreadPoolExecutor(CREATE_AT_ONCE) as pool:
+                terminals = list(pool.map(lambda i: _create(url, i, "terminal"), range(1, REAL - 1)))
+            newest = _create(url, REAL - 1, "desktop")
+            made_s = time.monotonic() - began
+            outputs = {sandbox_id: f"real-out-{i}" for i, sandbox_id in enumerate(terminals, 1) if i % 5 == 0}
+            for sandbox_id, line in outputs.items():
+                assert server.exec(sandbox_id, f"echo {line}")["exit_code"] == 0
+            ids = [oldest, *terminals, newest]
+
+            def all_running() -> bool:
+                listed = server.ok(http.get("/v1/sandboxes"))["sandboxes"]
+                return sorted(s["id"] for s in listed if s["state"] == "running") == sorted(ids)
+
+            wait_until(all_running, 30, f"the {REAL} sandboxes listed running")
+            print(f"{REAL} real sandboxes ({REAL - 2} terminals, {CREATE_AT_ONCE} at a time) made in {made_s:.1f} s")
+            yield RealFleet(server, process.pid, ids, (oldest, newest), outputs)
+
+
+@pytest.mark.timeout(180)
+def test_the_list_page_with_40_real_sandboxes(real_fleet: RealFleet, browser: Browser, tmp_path: Path) -> None:
+    fleet, (oldest, newest) = real_fleet, real_fleet.desktops
+    context = browser.new_context(viewport={"width": 1500, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    thumbs: list[str] = []
+
+    def asked(request: Request) -> None:
+        if "/thumbnail" in request.url:
+            thumbs.append(request.url.split("/sandboxes/", 1)[1].split("/", 1)[0])
+
+    page.on("request", asked)
+
+    # Load: the first page of 24 (health probed for each card on it), within a generous bound.
+    started_at = time.monotonic()
+    page.goto(f"{fleet.server.url}/view?token={ALPHA_TOKEN}")
+    page.wait_for_function(f"document.querySelectorAll('#grid [data-sandbox]').length === {PAGE_SIZE}", timeout=60_000)
+    first_s = time.monotonic() - started_at
+    paint_ms = page.evaluate("window.sandboxList.stats.firstPaintMs")
+    print(f"list page of {REAL} real sandboxes: first {PAGE_SIZE} cards in {first_s:.2f} s (first paint {paint_ms} ms)")
+    assert first_s < REAL_FIRST_CARDS_S, f"the first cards took {first_s:.1f} s"
+    assert page.locator("#count").inner_text() == f"{REAL} sandboxes"
+    assert page.locator("#range").inner_text() == f"1-{PAGE_SIZE} of {REAL}"
+
+    # Thumbnails: the newest desktop's (on screen) is asked and shown; the oldest's (on the next page) is not.
+    card = f"[data-sandbox='{newest}'] img"
+    page.wait_for_function(f'document.querySelector("{card}")?.naturalWidth > 0', timeout=30_000)
+    page.wait_for_timeout(1500)
+    ever = on_screen(page)
+    assert newest in ever and set(thumbs) <= ever, (set(thumbs) - ever, newest in ever)
+    assert oldest not in thumbs, "a thumbnail asked for a card of another page"
+    shoot(page, tmp_path, "fleet-real-list")
+
+    # Search: a terminal with recent output shows its tail on its card; a label finds its one sandbox.
+    talker, said = next(iter(fleet.outputs.items()))
+    page.fill("#search", talker)
+    settle(page, f"1-1 of 1 (of {REAL})")
+    tail = page.locator(f"[data-sandbox='{talker}'] pre.tail")
+    poll(page, "the output tail on the card", lambda: said in tail.inner_text())
+    assert f"$ echo {said}" in tail.inner_text(), tail.inner_text()
+    shoot(page, tmp_path, "fleet-real-tail")
+    page.fill("#search", "worker=w07")
+    settle(page, f"1-1 of 1 (of {REAL})")
+    assert shown(page) == [fleet.ids[7]]
+    page.fill("#search", "")
+    settle(page, f"1-{PAGE_SIZE} of {REAL}")
+
+    # Paging: every one of the 40, once; the second page's thumbnails only as its cards come on screen.
+    seen = shown(page)
+    while page.locator("#next").is_enabled():
+        page.click("#next")
+        start = len(seen) + 1
+        settle(page, f"{start}-{min(start + PAGE_SIZE - 1, REAL)} of {REAL}")
+        seen += shown(page)
+    assert sorted(seen) == sorted(fleet.ids) and len(seen) == len(set(seen)), (len(seen), len(set(seen)))
+    assert oldest in shown(page)
+    page.wait_for_timeout(1500)
+    ever |= on_screen(page)
+    before_scroll = oldest in thumbs
+    assert set(thumbs) <= ever, set(thumbs) - ever
+    page.mouse.wheel(0, 5000)
+    poll(page, "the oldest desktop's thumbnail, scrolled to", lambda: oldest in thumbs, timeout=20)
+    ever |= on_screen(page)
+    assert set(thumbs) <= ever, set(thumbs) - ever
+    print(f"thumbnails asked: {len(thumbs)} ({sorted(set(thumbs))}); the oldest's before scrolling: {before_scroll}")
+
+    # The control plane's CPU with the page open (and polling) for CPU_WINDOW_S, then with none.
+    page.goto(f"{fleet.server.url}/view")
+    page.wait_for_function(f"document.querySelectorAll('#grid [data-sandbox]').length === {PAGE_SIZE}")
+    page.wait_for_timeout(2000)
+    before, at = cpu_s(fleet.pid), time.monotonic()
+    page.wait_for_timeout(CPU_WINDOW_S * 1000)
+    busy = (cpu_s(fleet.pid) - before) / (time.monotonic() - at)
+    lists = page.evaluate("window.sandboxList.stats.listRequests")
+    print(f"control plane CPU with the page open: {busy:.1%} of a core ({lists} list polls)")
+    context.close()
+    before, at = cpu_s(fleet.pid), time.monotonic()
+    time.sleep(5)
+    idle = (cpu_s(fleet.pid) - before) / (time.monotonic() - at)
+    print(f"control plane CPU with no page open: {idle:.1%} of a core (the lifecycle's probes of {REAL})")
+    assert busy < REAL_CPU_BOUND, f"{busy:.1%} of a core with the page open"
+    assert not errors, f"the page raised: {errors}"
