@@ -42,6 +42,7 @@ from pydantic import Field, StrictBool
 from sandbox.api import vnc_proxy
 from sandbox.api.contract import SandboxId, error_responses
 from sandbox.api.webview_fleet import mount_fleet
+from sandbox.api.webview_screens import live_view, mount_screens
 from sandbox.errors import FailedPrecondition, SandboxError, Unauthenticated
 from sandbox.models import Model
 from sandbox.service import Principal, SandboxService, TokenRegistry
@@ -168,6 +169,7 @@ def mount_webview(
         response.delete_cookie(SESSION_COOKIE, path=VIEW)
         return response
 
+    mount_screens(app, service=service, ticket_holder=ticket_holder)
     mount_fleet(
         app,
         service=service,
@@ -205,7 +207,7 @@ def mount_webview(
         return {
             "now": time.time(),
             "sandbox": {**info.model_dump(mode="json", exclude={"spec"}), "screen": info.spec.screen.model_dump(),
-                        "has_display": info.kind.has_display},
+                        "has_display": info.kind.has_display, "live": live_view(info.kind)},
             "grant": {"control": grant.control, "expires_at": grant.expires_at},
             "actions": actions,
         }  # fmt: skip
@@ -232,8 +234,8 @@ def mount_webview(
             await websocket.close(vnc_proxy.WS_POLICY_VIOLATION, e.message[:120])
             return
         try:
-            if not info.kind.has_display:
-                raise FailedPrecondition(f"sandbox {sandbox_id} is a {info.kind.value} sandbox with no display")
+            if live_view(info.kind) != "vnc":
+                raise FailedPrecondition(f"sandbox {sandbox_id} is a {info.kind.value} sandbox, with no VNC server")
             reader, writer = await service.open_tunnel(grant.principal, sandbox_id, VNC_PORT)
         except SandboxError as e:
             logger.warning("no VNC tunnel to %s: %s", sandbox_id, e.message)

@@ -431,3 +431,64 @@ def test_the_list_page_with_40_real_sandboxes(real_fleet: RealFleet, browser: Br
     print(f"control plane CPU with no page open: {idle:.1%} of a core (the lifecycle's probes of {REAL})")
     assert busy < REAL_CPU_BOUND, f"{busy:.1%} of a core with the page open"
     assert not errors, f"the page raised: {errors}"
+
+
+# --------------------------------------------------------------------------- an android sandbox's page, in Chromium
+
+
+def _phone_jpeg() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (540, 960), (20, 120, 60)).save(out, format="JPEG")
+    return out.getvalue()
+
+
+def test_an_android_page_shows_screenshots_and_sends_taps_swipes_and_keys(fleet: Fleet, browser: Browser) -> None:
+    """The page's side of an android sandbox (the server's side is tests/unit/test_webview_android.py): told
+    ``live: screenshots``, it opens no VNC websocket, shows the screen it fetches, and with control on turns a click
+    into a tap at the device's pixel, a drag into a swipe and its keys into key steps. The fleet has no android
+    sandbox (no emulator here), so the feed of one of its sandboxes is rewritten to say android."""
+    sandbox_id = fleet.of("alpha")[0]
+    minted = httpx.post(f"{fleet.url}/v1/sandboxes/{sandbox_id}/tickets", json={"control": True},
+                        headers={"authorization": f"Bearer {ALPHA_TOKEN}"}, timeout=30)  # fmt: skip
+    assert minted.status_code in (200, 201), minted.text
+    sent: list[dict[str, Any]] = []
+    sockets: list[str] = []
+    screen = _phone_jpeg()
+
+    def feed(route: Route) -> None:
+        body = route.fetch().json()
+        body["sandbox"].update(kind="android", live="screenshots", has_display=True)
+        route.fulfill(json=body)
+
+    def inputs(route: Route) -> None:
+        sent.append(json.loads(route.request.post_data or "{}"))
+        route.fulfill(json={"ok": True, "done": False})
+
+    page = browser.new_page(viewport={"width": 1280, "height": 1100})
+    try:
+        page.on("websocket", lambda ws: sockets.append(ws.url))
+        page.route(f"**/view/{sandbox_id}/actions", feed)
+        page.route(f"**/view/{sandbox_id}/screen", lambda route: route.fulfill(body=screen, content_type="image/jpeg"))
+        page.route(f"**/view/{sandbox_id}/input", inputs)
+        page.goto(f"{fleet.url}{minted.json()['url']}")
+        poll(page, "the screen", lambda: page.evaluate("document.getElementById('screen-image')?.naturalWidth") == 540)
+        assert "no VNC server" in page.inner_text("#vnc-status")
+        page.check("#control")
+        image = page.locator("#screen-image")
+        box = image.bounding_box()
+        assert box is not None
+        scale = 540 / box["width"]
+        page.mouse.click(box["x"] + 100, box["y"] + 200)
+        page.mouse.move(box["x"] + 50, box["y"] + 400)
+        page.mouse.down()
+        page.mouse.move(box["x"] + 50, box["y"] + 100, steps=5)
+        page.mouse.up()
+        page.click("#screen-keys [data-key=back]")
+        poll(page, "three inputs", lambda: len(sent) == 3)
+        tap, swipe, key = sent
+        assert tap == {"type": "tap", "x": round(100 * scale), "y": round(200 * scale)}, tap
+        assert swipe["type"] == "swipe" and swipe["y"] > swipe["to_y"], swipe
+        assert key == {"type": "key", "key": "back"}
+        assert not [url for url in sockets if url.endswith("/vnc") or "/vnc?" in url], sockets
+    finally:
+        page.close()

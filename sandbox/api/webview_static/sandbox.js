@@ -70,7 +70,7 @@ function render(body) {
     body.grant.control ? badge("control ticket", "control") : badge("view only", "viewonly"));
   const facts = [
     ["tenant", s.tenant],
-    ["screen", s.has_display ? `${s.screen.width}×${s.screen.height}` : "none (terminal)"],
+    ["screen", s.live === "screenshots" ? "the device's own" : s.has_display ? `${s.screen.width}×${s.screen.height}` : "none (terminal)"],
     ["age", duration(body.now - s.created_at)],
     ["last active", `${duration(body.now - s.last_active_at)} ago`],
   ];
@@ -223,8 +223,73 @@ function startVnc() {
   connect();
 }
 
+// ------------------------------------------------------------------ a screen with no VNC server (android): screenshots
+
+const SCREEN_MS = 1000;
+const SWIPE_MIN_PX = 12;
+
+async function refreshScreen(img) {
+  const response = await call("screen");
+  if (!response.ok) {
+    $("vnc-status").textContent = `screen: ${await failure(response)}`;
+    return;
+  }
+  const old = img.src;
+  img.src = URL.createObjectURL(await response.blob());
+  if (old) URL.revokeObjectURL(old);
+  view.screens = (view.screens || 0) + 1;
+  overlay("");
+  $("vnc-status").textContent = `screen: a screenshot every ${SCREEN_MS / 1000} s (this kind has no VNC server)`;
+}
+
+async function send(input) {
+  const response = await call("input", { method: "POST", body: JSON.stringify(input), headers: { "Content-Type": "application/json" } });
+  $("control-hint").textContent = response.ok ? `sent ${input.type}` : `not sent: ${await failure(response)}`;
+  if (response.ok) refreshScreen($("screen-image"));
+}
+
+function startScreens() {
+  overlay("loading the screen…");
+  const img = el("img", { id: "screen-image", class: "screen-image", alt: "the sandbox's screen", draggable: "false" });
+  const keys = el("div", { class: "keys", id: "screen-keys", hidden: true },
+    ...["back", "home", "app_switch"].map((key) => el("button", { type: "button", "data-key": key, text: key.replace("_", " ") })));
+  $("screen").replaceChildren(img, keys);
+  const control = $("control");
+  const at = (event) => {
+    const box = img.getBoundingClientRect();
+    return [Math.round((event.clientX - box.left) * img.naturalWidth / box.width),
+      Math.round((event.clientY - box.top) * img.naturalHeight / box.height)];
+  };
+  let down = null;
+  img.addEventListener("pointerdown", (event) => { if (control.checked) down = at(event); });
+  img.addEventListener("pointerup", (event) => {
+    if (!control.checked || !down) return;
+    const [x, y] = down;
+    const [toX, toY] = at(event);
+    down = null;
+    if (Math.hypot(toX - x, toY - y) < SWIPE_MIN_PX) send({ type: "tap", x, y });
+    else send({ type: "swipe", x, y, to_x: toX, to_y: toY });
+  });
+  keys.addEventListener("click", (event) => {
+    const key = event.target.dataset && event.target.dataset.key;
+    if (key && control.checked) send({ type: "key", key });
+  });
+  if (view.grant.control) {
+    control.disabled = false;
+    $("control-hint").textContent = "Off: you watch. On: a click taps, a drag swipes, and the keys below go to the device.";
+  } else {
+    $("control-hint").replaceChildren("This ticket is view-only. For control, open the page ",
+      el("a", { href: `/view/${sandboxId}?control=1`, text: "from the list" }), " with control.");
+  }
+  control.addEventListener("change", () => { keys.hidden = !control.checked; });
+  $("fit").closest("label").hidden = true;
+  refreshScreen(img);
+  setInterval(() => refreshScreen(img), SCREEN_MS);
+}
+
 function start() {
-  if (view.sandbox.has_display) startVnc();
+  if (view.sandbox.live === "vnc") startVnc();
+  else if (view.sandbox.live === "screenshots") startScreens();
   else startTerminal();
   pollPorts();
   setInterval(pollPorts, PORTS_POLL_MS);
