@@ -10,7 +10,6 @@ import secrets
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import docker
@@ -28,7 +27,6 @@ RUN_ID = os.environ.get("SANDBOX_TEST_RUN_ID") or secrets.token_hex(4)
 OWNER = f"test-{RUN_ID}"
 SOCKET_ROOT = f"/run/sbx-test-{RUN_ID}"
 TEST_LABEL = {"sandbox.test-run": RUN_ID}
-REMOVE_AT_ONCE = 8
 
 
 def owner_filter() -> dict[str, list[str]]:
@@ -49,7 +47,8 @@ def owned_by(docker_client: docker.DockerClient, owner: str, socket_root: str) -
 
 def _remove_owned(docker_client: docker.DockerClient, owner: str, attempts: int = 5) -> None:
     """By id from the low-level listings: a container or network the server removes meanwhile must not stop the
-    clean-up. Containers go ``REMOVE_AT_ONCE`` at a time (a sandbox's takes about half a second). A network still in
+    clean-up. Containers go one at a time: removals at once, while the next test starts containers, are what makes
+    Debian's dockerd 20.10.24 deadlock in libnetwork (moby/moby#46661; docs/hardening.md). A network still in
     use (a container being made, or removed by someone else, when the containers were listed) is tried again after
     the next pass over the containers; one left after ``attempts`` passes fails the test."""
     label = {"label": f"{LABEL_OWNER}={owner}"}
@@ -64,9 +63,8 @@ def _remove_owned(docker_client: docker.DockerClient, owner: str, attempts: int 
                 raise
 
     for attempt in range(attempts):
-        listed = [summary["Id"] for summary in docker_client.api.containers(all=True, filters=label)]
-        with ThreadPoolExecutor(REMOVE_AT_ONCE) as pool:
-            list(pool.map(remove_container, listed))
+        for summary in docker_client.api.containers(all=True, filters=label):
+            remove_container(summary["Id"])
         in_use: list[str] = []
         for network in docker_client.api.networks(filters=label):
             try:
