@@ -209,7 +209,9 @@ def test_the_kvm_resource_is_a_setting_and_none_refuses_android() -> None:
     with pytest.raises(FailedPrecondition, match="android sandboxes need KVM on the node"):
         pod("android", KubernetesConfig(owner="prod", android_kvm_resource=None), **ANDROID_SPEC)
     with pytest.raises(FailedPrecondition, match=r"resources\.memory_mb >= 3072"):
-        pod("android")  # the default 2048 MB cannot hold the emulator
+        pod("android", resources={"memory_mb": 2048})  # the common default cannot hold the emulator
+    limits = pod("android", custom)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["memory"] == "4096Mi"  # an android spec that names no memory gets the emulator's
     assert "devices.kubevirt.io/kvm" not in json.dumps(pod("terminal", KubernetesConfig(android_kvm_resource=None)))
 
 
