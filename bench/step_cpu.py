@@ -4,15 +4,10 @@ of the machine (the engine, the kernel's network and scheduling work, anything e
 
 from __future__ import annotations
 
-import resource
+import os
 from dataclasses import dataclass
 
 from bench.machine import busy_seconds, container_cpu_seconds, cpu_seconds
-
-
-def _own_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass(frozen=True)
@@ -47,7 +42,7 @@ class StepCpuMeter:
         return None if any(r is None for r in readings) else sum(r for r in readings if r is not None)
 
     def _read(self) -> tuple[float, float, float | None, float]:
-        return _own_seconds(), cpu_seconds(self.server_pid), self._sandboxes(), busy_seconds()[0]
+        return cpu_seconds(os.getpid()), cpu_seconds(self.server_pid), self._sandboxes(), busy_seconds()[0]
 
     def start(self) -> None:
         self._start = self._read()

@@ -120,9 +120,9 @@ def browser() -> Iterator[Browser]:
         browser.close()
 
 
-def _jpeg() -> bytes:
+def _jpeg(size: tuple[int, int] = (320, 200), color: tuple[int, int, int] = (40, 90, 160)) -> bytes:
     out = io.BytesIO()
-    Image.new("RGB", (320, 200), (40, 90, 160)).save(out, format="JPEG")
+    Image.new("RGB", size, color).save(out, format="JPEG")
     return out.getvalue()
 
 
@@ -436,12 +436,6 @@ def test_the_list_page_with_40_real_sandboxes(real_fleet: RealFleet, browser: Br
 # --------------------------------------------------------------------------- an android sandbox's page, in Chromium
 
 
-def _phone_jpeg() -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (540, 960), (20, 120, 60)).save(out, format="JPEG")
-    return out.getvalue()
-
-
 def test_an_android_page_shows_screenshots_and_sends_taps_swipes_and_keys(fleet: Fleet, browser: Browser) -> None:
     """The page's side of an android sandbox (the server's side is tests/unit/test_webview_android.py): told
     ``live: screenshots``, it opens no VNC websocket, shows the screen it fetches, and with control on turns a click
@@ -453,7 +447,7 @@ def test_an_android_page_shows_screenshots_and_sends_taps_swipes_and_keys(fleet:
     assert minted.status_code in (200, 201), minted.text
     sent: list[dict[str, Any]] = []
     sockets: list[str] = []
-    screen = _phone_jpeg()
+    screen = _jpeg((540, 960), (20, 120, 60))
 
     def feed(route: Route) -> None:
         body = route.fetch().json()
