@@ -138,17 +138,27 @@ def shoot(page: Page, tmp_path: Path, name: str) -> Path:
 
 
 def open_window(server: Server, sandbox_id: str, title: str, args: str) -> tuple[int, int, int, int]:
-    """Start an xterm and return its window's geometry (x, y, width, height) once it is mapped."""
-    server.exec(sandbox_id, f"xterm -name {title} {args} >/dev/null 2>&1 &", keep_background=True)
+    """Start an xterm and return its window's geometry (x, y, width, height) once it is mapped and placed.
 
-    def geometry() -> tuple[int, int, int, int] | None:
-        out = server.exec(sandbox_id, f"xdotool search --classname '^{title}$' getwindowgeometry --shell")["stdout"]
+    xterm's window exists (1x1 at 0,0) before it is mapped, and the window manager moves it when it
+    adds the frame: only a visible window whose geometry reads the same twice is where a click lands.
+    """
+    server.exec(sandbox_id, f"xterm -name {title} {args} >/dev/null 2>&1 &", keep_background=True)
+    last: list[tuple[int, int, int, int] | None] = [None]
+
+    def placed_geometry() -> tuple[int, int, int, int] | None:
+        out = server.exec(
+            sandbox_id, f"xdotool search --onlyvisible --classname '^{title}$' getwindowgeometry --shell"
+        )["stdout"]
         values = dict(line.split("=", 1) for line in out.split() if "=" in line)
         if not {"X", "Y", "WIDTH", "HEIGHT"} <= values.keys():
             return None
-        return int(values["X"]), int(values["Y"]), int(values["WIDTH"]), int(values["HEIGHT"])
+        now = int(values["X"]), int(values["Y"]), int(values["WIDTH"]), int(values["HEIGHT"])
+        settled = now[2] > 1 and now[3] > 1 and now == last[0]
+        last[0] = now
+        return now if settled else None
 
-    found: tuple[int, int, int, int] = _wait_for(f"window {title}", geometry)
+    found: tuple[int, int, int, int] = _wait_for(f"window {title}", placed_geometry)
     time.sleep(0.5)  # let it draw
     return found
 
