@@ -19,6 +19,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from sandbox.memo import IdentityMemo
 from sandbox.models import SandboxInfo, SandboxKind, SandboxSpec, SandboxState, SnapshotInfo
 
 SANDBOXES = "sandboxes"
@@ -56,6 +57,7 @@ def new_instance_id(kind: SandboxKind) -> str:
 
 # Lease fields and labels do not change what a container is: a warm instance fits any of them.
 _NOT_PROVISIONING = {"labels", "ttl_s", "idle_timeout_s", "auto_recover", "snapshot"}
+_pool_keys: IdentityMemo[SandboxSpec, str] = IdentityMemo()
 
 
 class LeaseEnd(NamedTuple):
@@ -220,6 +222,10 @@ def kind_and_state(doc: dict[str, Any]) -> tuple[SandboxKind, SandboxState] | No
 
 def pool_key(spec: SandboxSpec, image: str) -> str:
     """Sandboxes whose specs share this key can use each other's warm instances."""
+    return _pool_keys.get(spec, lambda: _pool_key(spec, image), extra=image)
+
+
+def _pool_key(spec: SandboxSpec, image: str) -> str:
     fields = spec.model_dump(mode="json", exclude=_NOT_PROVISIONING)
     fields["image"] = image
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()

@@ -32,10 +32,16 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from sandbox import models
 from sandbox.errors import InvalidArgument
+from sandbox.memo import IdentityMemo, Memo
 from sandbox.preview_models import PortUrl, UrlRequest
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 
 M = TypeVar("M", bound=BaseModel)
+
+_specs: Memo[bytes, models.SandboxSpec] = Memo()
+"""Validated specs by their messages' bytes."""
+_spec_messages: IdentityMemo[models.SandboxSpec, pb.SandboxSpec] = IdentityMemo()
+"""Specs' wire forms (copied out, never handed out: messages are mutable)."""
 
 ACTION_ADAPTER: TypeAdapter[models.Action] = TypeAdapter(models.Action)
 ACTION_TYPES: tuple[type[BaseModel], ...] = typing.get_args(typing.get_args(models.Action)[0])
@@ -205,17 +211,23 @@ def _spec_dict(message: pb.SandboxSpec) -> dict[str, Any]:
 
 
 def spec_to_proto(spec: models.SandboxSpec) -> pb.SandboxSpec:
-    return _fill_spec(pb.SandboxSpec(), spec)
+    message = pb.SandboxSpec()
+    message.CopyFrom(_spec_messages.get(spec, lambda: _fill_spec(pb.SandboxSpec(), spec)))
+    return message
 
 
 def spec_from_proto(message: pb.SandboxSpec) -> models.SandboxSpec:
-    return validate(models.SandboxSpec, _spec_dict(message), what="spec")
+    """The validated spec; the same (frozen) model for the same message, so a burst of creates validates once."""
+    return _specs.get(
+        message.SerializeToString(deterministic=True),
+        lambda: validate(models.SandboxSpec, _spec_dict(message), what="spec"),
+    )
 
 
 def info_to_proto(info: models.SandboxInfo) -> pb.SandboxInfo:
     message = pb.SandboxInfo()
     fill(message, info.model_dump(exclude_none=True, exclude={"spec"}))
-    _fill_spec(message.spec, info.spec)
+    message.spec.CopyFrom(_spec_messages.get(info.spec, lambda: _fill_spec(pb.SandboxSpec(), info.spec)))
     return message
 
 
