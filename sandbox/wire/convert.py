@@ -212,8 +212,13 @@ def _spec_dict(message: pb.SandboxSpec) -> dict[str, Any]:
 
 def spec_to_proto(spec: models.SandboxSpec) -> pb.SandboxSpec:
     message = pb.SandboxSpec()
-    message.CopyFrom(_spec_messages.get(spec, lambda: _fill_spec(pb.SandboxSpec(), spec)))
+    message.CopyFrom(_spec_message(spec))
     return message
+
+
+def _spec_message(spec: models.SandboxSpec) -> pb.SandboxSpec:
+    """The spec's wire form, made once per spec object: copy it, never hand it out (messages are mutable)."""
+    return _spec_messages.get(spec, lambda: _fill_spec(pb.SandboxSpec(), spec))
 
 
 def spec_from_proto(message: pb.SandboxSpec) -> models.SandboxSpec:
@@ -227,7 +232,7 @@ def spec_from_proto(message: pb.SandboxSpec) -> models.SandboxSpec:
 def info_to_proto(info: models.SandboxInfo) -> pb.SandboxInfo:
     message = pb.SandboxInfo()
     fill(message, info.model_dump(exclude_none=True, exclude={"spec"}))
-    message.spec.CopyFrom(_spec_messages.get(info.spec, lambda: _fill_spec(pb.SandboxSpec(), info.spec)))
+    message.spec.CopyFrom(_spec_message(info.spec))
     return message
 
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -35,6 +35,7 @@ CHROMIUM_ARGS = [
 SHOTS = Path("/tmp/webview-shots")
 WIDTH, HEIGHT = 1024, 768
 GREEN = (0, 255, 0)
+T = TypeVar("T")
 
 
 def _wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.2) -> Any:
@@ -46,6 +47,19 @@ def _wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0, interv
         if time.monotonic() > give_up:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(interval)
+
+
+def _settled(read: Callable[[], T | None], ready: Callable[[T], bool]) -> Callable[[], T | None]:
+    """A check for ``_wait_for``: ``read()``'s value once it is ready and two reads in a row agree."""
+    last: list[T | None] = [None]
+
+    def check() -> T | None:
+        now = read()
+        settled = now is not None and ready(now) and now == last[0]
+        last[0] = now
+        return now if settled else None
+
+    return check
 
 
 @dataclass
@@ -144,21 +158,17 @@ def open_window(server: Server, sandbox_id: str, title: str, args: str) -> tuple
     adds the frame: only a visible window whose geometry reads the same twice is where a click lands.
     """
     server.exec(sandbox_id, f"xterm -name {title} {args} >/dev/null 2>&1 &", keep_background=True)
-    last: list[tuple[int, int, int, int] | None] = [None]
 
-    def placed_geometry() -> tuple[int, int, int, int] | None:
+    def geometry() -> tuple[int, int, int, int] | None:
         out = server.exec(
             sandbox_id, f"xdotool search --onlyvisible --classname '^{title}$' getwindowgeometry --shell"
         )["stdout"]
         values = dict(line.split("=", 1) for line in out.split() if "=" in line)
         if not {"X", "Y", "WIDTH", "HEIGHT"} <= values.keys():
             return None
-        now = int(values["X"]), int(values["Y"]), int(values["WIDTH"]), int(values["HEIGHT"])
-        settled = now[2] > 1 and now[3] > 1 and now == last[0]
-        last[0] = now
-        return now if settled else None
+        return int(values["X"]), int(values["Y"]), int(values["WIDTH"]), int(values["HEIGHT"])
 
-    found: tuple[int, int, int, int] = _wait_for(f"window {title}", placed_geometry)
+    found: tuple[int, int, int, int] = _wait_for(f"window {title}", _settled(geometry, lambda g: g[2] > 1 and g[3] > 1))
     time.sleep(0.5)  # let it draw
     return found
 
@@ -215,17 +225,16 @@ def test_the_view_renders_the_sandboxs_frames(
 ) -> None:
     sandbox_id = sandboxes["desktop"]
     open_window(server, sandbox_id, "green", "-bg '#00ff00' -fg black -geometry 60x16+40+60 -e sh -c 'sleep 3600'")
-    last: list[tuple[int, int, int, int] | None] = [None]
 
-    def settled_green_box() -> tuple[int, int, int, int] | None:
-        """Where the API's screenshot shows the green window, once two shots agree (the WM has placed it)."""
-        box = colour_box(server.screenshot(sandbox_id), GREEN)
-        big = box is not None and box[2] - box[0] >= 300 and box[3] - box[1] >= 150
-        settled = big and box == last[0]
-        last[0] = box
-        return box if settled else None
+    def green_box() -> tuple[int, int, int, int] | None:
+        """Where the API's screenshot shows the green window."""
+        return colour_box(server.screenshot(sandbox_id), GREEN)
 
-    left, top, right, bottom = _wait_for("the green window in the API's screenshots", settled_green_box)
+    # Once two shots agree, the WM has placed it.
+    left, top, right, bottom = _wait_for(
+        "the green window in the API's screenshots",
+        _settled(green_box, lambda box: box[2] - box[0] >= 300 and box[3] - box[1] >= 150),
+    )
     region = (left + 10, top + 20, right - left - 20, bottom - top - 30)  # clear of the cursor and the edges
     x, y, w, h = region
     expected = server.screenshot(sandbox_id).crop((x, y, x + w, y + h))
