@@ -51,6 +51,7 @@ from sandbox.backends.base import (
 )
 from sandbox.backends.docker import android_params, disk
 from sandbox.backends.docker import claims as claim_files
+from sandbox.backends.docker.claim_writer import ClaimWriter
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.docker.describe import describe, from_summary, timestamp
 from sandbox.backends.docker.networks import InternalNetworks
@@ -91,6 +92,7 @@ class DockerBackend(Backend):
     def __init__(self, config: DockerConfig) -> None:
         super().__init__()
         self.config = config
+        self._claims = ClaimWriter(config.socket_root)
         self._client: docker.DockerClient | None = None
         self._info: dict[str, Any] | None = None
         self._networks = InternalNetworks(lambda: self.client, config.owner, self.owner_labels(), _call)
@@ -304,7 +306,7 @@ class DockerBackend(Backend):
         except NotFound:
             pass
         await asyncio.to_thread(shutil.rmtree, self.socket_dir(instance_id), True)
-        await asyncio.to_thread(claim_files.remove_claim, self.config.socket_root, instance_id)
+        await self._claims.remove(instance_id)
 
     async def inspect(self, instance_id: str) -> BackendInstance:
         try:
@@ -330,7 +332,7 @@ class DockerBackend(Backend):
     # ------------------------------------------------------------------ claims
 
     async def set_claim(self, instance_id: str, claim: dict[str, Any]) -> None:
-        await asyncio.to_thread(claim_files.write_claim, self.config.socket_root, instance_id, claim)
+        await self._claims.write(instance_id, claim)
 
     async def claims(self) -> dict[str, dict[str, Any]]:
         return await asyncio.to_thread(claim_files.read_claims, self.config.socket_root)
