@@ -18,6 +18,7 @@ from sandbox.models import SandboxState
 from sandbox.observability.metrics import FailureCause
 from sandbox.service.adoption import adopt, epoch_changed
 from sandbox.service.failures import reason
+from sandbox.service.parsed_records import ParsedRecords
 from sandbox.service.records import (
     LEADER_LOCK,
     SANDBOXES,
@@ -57,6 +58,7 @@ class Lifecycle:
         self._last_reconcile = 0.0
         self._probing: set[str] = set()
         self._suspects: set[str] = set()
+        self._parsed = ParsedRecords()
 
     @property
     def is_leader(self) -> bool:
@@ -163,13 +165,13 @@ class Lifecycle:
     async def adopt(self) -> None:
         """The store lost its data (or this replica never saw its epoch): rebuild what the engine can tell."""
         self._suspects.clear()  # judged against records that may be gone
+        self._parsed = ParsedRecords()  # a wiped store hands out versions again from its start
         adopted = await adopt(self.service, logger=self._log)
         if any(adopted.values()):
             self._log.warning("the state store had lost records; adopted again from the engine: %s", adopted)
 
     async def _records(self) -> list[SandboxRecord]:
-        docs = await self.service.store.all(SANDBOXES)
-        return [SandboxRecord.model_validate(doc) for doc in docs.values()]
+        return self._parsed.parse(await self.service.store.all_versioned(SANDBOXES))
 
     async def expire_leases(self) -> None:
         now = time.time()
