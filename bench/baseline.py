@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import BenchError
+from bench.cleanup import remove_containers
 
 IMAGE = "sandbox/{kind}:latest"
 SCREEN = "1280x800x24"
@@ -108,8 +109,7 @@ class DockerCli:
         await self("cp", f"{container}:{SHOT_IN_CONTAINER}", str(dest))
 
     async def remove(self, containers: Sequence[str]) -> None:
-        if containers:
-            await self("rm", "-f", "-v", *containers, timeout=300)
+        await asyncio.to_thread(remove_containers, containers)
 
     async def find(self, labels: Mapping[str, str]) -> list[str]:
         """Ids of running containers carrying every one of ``labels`` and this run's owner labels."""

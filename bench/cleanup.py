@@ -6,9 +6,10 @@ import subprocess
 from collections.abc import Sequence
 
 from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
+from sandbox.backends.docker.teardown import TeardownLane
 
-CHUNK = 100
-"""Containers per ``docker rm`` (the engine removes them in parallel)."""
+TEARDOWNS = TeardownLane()
+"""The benchmark's removals take turns with the platform's: two at once can deadlock Docker before 23 (teardown.py)."""
 
 
 def owner_filters(owner: str) -> list[str]:
@@ -24,6 +25,17 @@ def _ids(args: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(_docker(args).split()))
 
 
+def remove_containers(containers: Sequence[str]) -> None:
+    """``docker rm -f -v`` of each, one at a time, in one turn of the host's teardown lane; blocking."""
+
+    def remove_each() -> None:
+        for container in containers:
+            _docker(["rm", "-f", "-v", container])
+
+    if containers:
+        TEARDOWNS.run_sync(remove_each)
+
+
 def remove_owned(owner: str) -> dict[str, int]:
     """Remove the containers, then images (snapshots), volumes and networks labelled with ``owner``; blocking.
 
@@ -31,8 +43,7 @@ def remove_owned(owner: str) -> dict[str, int]:
     """
     filters = owner_filters(owner)
     containers = _ids(["ps", "-aq", "--no-trunc", *filters])
-    for start in range(0, len(containers), CHUNK):
-        _docker(["rm", "-f", "-v", *containers[start : start + CHUNK]])
+    remove_containers(containers)
     images = _ids(["images", "-q", "--no-trunc", *filters])
     if images:
         _docker(["rmi", "-f", *images])

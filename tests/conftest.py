@@ -10,6 +10,7 @@ import secrets
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import docker
@@ -21,12 +22,15 @@ from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from sandbox.backends.docker.backend import DockerBackend
 from sandbox.backends.docker.claims import CLAIMS_DIR
 from sandbox.backends.docker.config import DockerConfig
+from sandbox.backends.docker.teardown import TeardownLane
 from sandbox.models import SandboxSpec
 
 RUN_ID = os.environ.get("SANDBOX_TEST_RUN_ID") or secrets.token_hex(4)
 OWNER = f"test-{RUN_ID}"
 SOCKET_ROOT = f"/run/sbx-test-{RUN_ID}"
 TEST_LABEL = {"sandbox.test-run": RUN_ID}
+# The harness's own removals take turns with the control planes' on this engine (teardown.py).
+HARNESS_TEARDOWNS = TeardownLane()
 
 
 def owner_filter() -> dict[str, list[str]]:
@@ -47,8 +51,8 @@ def owned_by(docker_client: docker.DockerClient, owner: str, socket_root: str) -
 
 def _remove_owned(docker_client: docker.DockerClient, owner: str, attempts: int = 5) -> None:
     """By id from the low-level listings: a container or network the server removes meanwhile must not stop the
-    clean-up. Containers go one at a time: removals at once, while the next test starts containers, are what makes
-    Debian's dockerd 20.10.24 deadlock in libnetwork (moby/moby#46661; docs/hardening.md). A network still in
+    clean-up. Containers go one at a time, in turn with every control plane on this engine: two teardowns at once
+    can make Debian's dockerd 20.10.24 deadlock in libnetwork (moby/moby#46661; docs/hardening.md). A network still in
     use (a container being made, or removed by someone else, when the containers were listed) is tried again after
     the next pass over the containers; one left after ``attempts`` passes fails the test."""
     label = {"label": f"{LABEL_OWNER}={owner}"}
@@ -64,7 +68,7 @@ def _remove_owned(docker_client: docker.DockerClient, owner: str, attempts: int 
 
     for attempt in range(attempts):
         for summary in docker_client.api.containers(all=True, filters=label):
-            remove_container(summary["Id"])
+            HARNESS_TEARDOWNS.run_sync(partial(remove_container, summary["Id"]))
         in_use: list[str] = []
         for network in docker_client.api.networks(filters=label):
             try:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import secrets
+import time
 
 import pytest
 
 from sandbox.backends.base import LABEL_INSTANCE, RuntimeState
 from sandbox.backends.docker.backend import DockerBackend
+from sandbox.backends.docker.teardown import engine_needs_lane
 from sandbox.errors import FailedPrecondition, NotFound
 from sandbox.models import SandboxSpec
 from tests.conftest import TEST_LABEL
@@ -88,3 +91,32 @@ async def test_parallel_creates_do_not_block_each_other(backend: DockerBackend) 
     finally:
         await asyncio.gather(*(backend.destroy(i) for i in ids))
     assert not ({s.labels.get(LABEL_INSTANCE) for s in await backend.list_instances()} & set(ids))
+
+
+async def test_destroys_at_once_tear_down_one_at_a_time_on_an_engine_that_needs_it(backend: DockerBackend) -> None:
+    """On Docker before 23 two teardowns that overlap can deadlock the engine (teardown.py): each container's
+    network teardown, from its ``die`` to its ``destroy`` event, ends before the next one's begins."""
+    version = str(backend.client.version().get("Version"))
+    if not engine_needs_lane(version):
+        pytest.skip(f"Docker {version} tears down without the lane")
+    ids = [f"td-{secrets.token_hex(3)}" for _ in range(6)]
+    spec = SandboxSpec.model_validate({"kind": "terminal", "labels": TEST_LABEL})
+    try:
+        await asyncio.gather(*(backend.create(i, spec) for i in ids))
+        since = time.time() - 1
+        await asyncio.gather(*(backend.destroy(i) for i in ids))
+    finally:
+        await asyncio.gather(*(backend.destroy(i) for i in ids))
+    names = {backend.container_name(i) for i in ids}
+    events = backend.client.api.events(
+        since=since, until=time.time() + 1, filters={"event": ["die", "destroy"]}, decode=True
+    )
+    spans: dict[str, dict[str, int]] = {}
+    for event in events:
+        name = event["Actor"]["Attributes"].get("name")
+        if name in names:
+            spans.setdefault(name, {})[event["Action"]] = event["timeNano"]
+    assert len(spans) == 6 and all(len(s) == 2 for s in spans.values()), spans
+    ordered = sorted((s["die"], s["destroy"]) for s in spans.values())
+    overlaps = [(a, b) for a, b in itertools.pairwise(ordered) if b[0] < a[1]]
+    assert not overlaps, f"teardowns overlapped: {overlaps}"

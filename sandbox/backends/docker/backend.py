@@ -55,6 +55,7 @@ from sandbox.backends.docker.claim_writer import ClaimWriter
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.docker.describe import describe, from_summary, timestamp
 from sandbox.backends.docker.networks import InternalNetworks
+from sandbox.backends.docker.teardown import TeardownLane, engine_needs_lane
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec
 from sandbox.protocol import AGENT_SOCKET_NAME, SOCKET_DIR_IN_SANDBOX
@@ -79,11 +80,24 @@ def _translate(e: Exception, what: str) -> SandboxError:
     return BackendError(f"{what}: {e}")
 
 
+ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError)
+
+
 async def _call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         return await asyncio.to_thread(fn, *args, **kwargs)
-    except (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError) as e:
+    except ENGINE_ERRORS as e:
         raise _translate(e, what) from e
+
+
+def _kill_and_wait(container: Container) -> None:
+    container.kill()
+    container.wait(condition="not-running", timeout=30)
+
+
+def _run_to_exit(container: Container, *, timeout: float) -> dict[str, Any]:
+    container.start()
+    return dict(container.wait(timeout=timeout))
 
 
 class DockerBackend(Backend):
@@ -96,6 +110,7 @@ class DockerBackend(Backend):
         self._client: docker.DockerClient | None = None
         self._info: dict[str, Any] | None = None
         self._networks = InternalNetworks(lambda: self.client, config.owner, self.owner_labels(), _call)
+        self._teardowns = TeardownLane(config.teardown_lock)
 
     @property
     def client(self) -> docker.DockerClient:
@@ -171,6 +186,18 @@ class DockerBackend(Backend):
             raise
         return describe(container)
 
+    async def _tear_down(self, what: str, fn: Callable[[], T]) -> T:
+        """A call that ends a container's run (a removal, a kill, a wait for an exit): in the teardown lane when
+        the engine needs one (``teardown.py``)."""
+        lane = self.config.serial_teardown
+        version = str((await self._call_info()).get("ServerVersion")) if lane == "auto" else ""
+        if lane == "off" or (lane == "auto" and not engine_needs_lane(version)):
+            return await _call(what, fn)
+        try:
+            return await self._teardowns.run(fn)
+        except ENGINE_ERRORS as e:
+            raise _translate(e, what) from e
+
     async def _call_info(self) -> dict[str, Any]:
         """The engine's info, asked once: its CPUs (what nano_cpus is checked against) and storage driver."""
         if self._info is None:
@@ -192,8 +219,7 @@ class DockerBackend(Backend):
         if container.status == "running":  # a failed agent or X server: kill and start again, files kept
             # Killed, not stopped: the sandbox failed, so a graceful stop buys nothing (written files are in the
             # page cache either way) and costs seconds, Chromium's shutdown most of all.
-            await settled(_call(f"stop instance {instance_id}", container.kill))
-            await settled(_call(f"stop instance {instance_id}", container.wait, condition="not-running", timeout=30))
+            await settled(self._tear_down(f"stop instance {instance_id}", partial(_kill_and_wait, container)))
             await settled(_call(f"restart instance {instance_id}", container.start))
         else:
             await settled(_call(f"restart instance {instance_id}", container.start))
@@ -289,8 +315,7 @@ class DockerBackend(Backend):
             )
         )
         try:
-            await _call(f"prepare volume {name}", chown.start)
-            result = await _call(f"prepare volume {name}", chown.wait, timeout=60)
+            result = await self._tear_down(f"prepare volume {name}", partial(_run_to_exit, chown, timeout=60))
             if result.get("StatusCode") != 0:
                 raise BackendError(f"could not hand volume {name} to uid {uid}: exit {result.get('StatusCode')}")
         finally:
@@ -301,7 +326,7 @@ class DockerBackend(Backend):
         await self._forget_agent(instance_id)
         try:
             container = await self._get(instance_id)
-            await _call(f"remove instance {instance_id}", container.remove, force=True, v=True)
+            await self._tear_down(f"remove instance {instance_id}", partial(container.remove, force=True, v=True))
             await self._networks.release(container.attrs)  # its tenant's internal network, if the last one on it
         except NotFound:
             pass
@@ -408,6 +433,7 @@ class DockerBackend(Backend):
 
     async def close(self) -> None:
         await super().close()
+        await asyncio.to_thread(self._teardowns.close)
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
             self._client = None

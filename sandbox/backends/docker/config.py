@@ -34,3 +34,14 @@ class DockerConfig(BaseModel):
         "/dev/kvm",
         description="The host's KVM device, passed to android sandboxes (--device); android is refused without it.",
     )
+    serial_teardown: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description=(
+            "Tear containers down one at a time, host-wide: 'auto' does so on engines before Docker 23, whose "
+            "libnetwork deadlocks when two teardowns overlap (moby/moby#46661; docs/hardening.md)."
+        ),
+    )
+    teardown_lock: str | None = Field(
+        "/run/lock/sandbox-docker-teardown.lock",
+        description="The host-wide lock file the control planes sharing an engine take turns on; None: this process.",
+    )
