@@ -24,6 +24,7 @@ from sandbox.backends.docker.claims import CLAIMS_DIR
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.docker.teardown import TeardownLane
 from sandbox.models import SandboxSpec
+from tests import engine_watch
 
 RUN_ID = os.environ.get("SANDBOX_TEST_RUN_ID") or secrets.token_hex(4)
 OWNER = f"test-{RUN_ID}"
@@ -164,4 +165,9 @@ async def make_sandbox(backend: DockerBackend, request: pytest.FixtureRequest) -
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     setattr(item, f"rep_{report.when}", report)
+    if report.failed and item.get_closest_marker("docker") and not item.session.shouldstop:
+        reason = engine_watch.stop_reason()
+        if reason:
+            item.session.shouldstop = reason
+            report.sections.append(("engine", reason))
     return report
