@@ -111,6 +111,7 @@ class DockerBackend(Backend):
         self._info: dict[str, Any] | None = None
         self._networks = InternalNetworks(lambda: self.client, config.owner, self.owner_labels(), _call)
         self._teardowns = TeardownLane(config.teardown_lock)
+        self._probe: asyncio.Future[Any] | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -126,7 +127,13 @@ class DockerBackend(Backend):
         return self._client
 
     async def ping(self) -> None:
-        await _call("ping the engine", self.client.ping)
+        """The engine's info, not its ``/_ping``: a dockerd deadlocked in libnetwork (``teardown.py``) still
+        answers a ping but no longer its info. One probe at a time: a caller that gives up leaves it running, and
+        the next caller waits for that one rather than holding another worker thread on a stuck engine."""
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.ensure_future(_call("ask the engine how it is", self.client.info))
+            self._probe.add_done_callback(lambda probe: probe.cancelled() or probe.exception())
+        await asyncio.shield(self._probe)
 
     def owner_labels(self) -> dict[str, str]:
         return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_OWNER: self.config.owner}
