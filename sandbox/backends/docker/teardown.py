@@ -7,8 +7,9 @@ with network ``none`` is on the same network, so two teardowns that overlap can 
 dockerd restart brings it back. Removal, kill and any wait for a container's exit therefore go through one lane
 per host: one worker thread in this process, and an ``flock`` on a host-wide file, so that the control planes
 sharing an engine (replicas, a test harness) take turns too. An engine that tears down before its remove call
-returns (as 20.10 does) thus never starts a teardown while another runs. The price: a removal waits about 75 ms for
-each one queued ahead of it on this host; a reset tears no container down, only a delete or a replacement does.
+returns (as 20.10 does) thus never starts a teardown while another runs. The price is removal throughput: about 13
+a second on a 2-core host against 21 at once, which bounds sustained resets (each removes its old container in the
+background) and deletes per host.
 """
 
 from __future__ import annotations
