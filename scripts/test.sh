@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 run_id=$(head -c4 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export SANDBOX_TEST_RUN_ID=$run_id
 
-.venv/bin/python -m pytest -ra -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -ra --durations=40 -p no:cacheprovider "$@"
 rc=$?
 if [[ $rc -eq 5 ]]; then
     echo "test.sh: pytest ran no test; that is a failure" >&2
