@@ -95,7 +95,7 @@ async def test_parallel_creates_do_not_block_each_other(backend: DockerBackend) 
 
 async def test_destroys_at_once_tear_down_one_at_a_time_on_an_engine_that_needs_it(backend: DockerBackend) -> None:
     """On Docker before 23 two teardowns that overlap can deadlock the engine (teardown.py): each container's
-    network teardown, from its ``die`` to its ``destroy`` event, ends before the next one's begins."""
+    network teardown, from its ``kill`` to its network's ``disconnect`` event, ends before the next one's begins."""
     version = str(backend.client.version().get("Version"))
     if not engine_needs_lane(version):
         pytest.skip(f"Docker {version} tears down without the lane")
@@ -103,20 +103,20 @@ async def test_destroys_at_once_tear_down_one_at_a_time_on_an_engine_that_needs_
     spec = SandboxSpec.model_validate({"kind": "terminal", "labels": TEST_LABEL})
     try:
         await asyncio.gather(*(backend.create(i, spec) for i in ids))
+        containers = {backend.client.containers.get(backend.container_name(i)).id for i in ids}
         since = time.time() - 1
         await asyncio.gather(*(backend.destroy(i) for i in ids))
     finally:
         await asyncio.gather(*(backend.destroy(i) for i in ids))
-    names = {backend.container_name(i) for i in ids}
     events = backend.client.api.events(
-        since=since, until=time.time() + 1, filters={"event": ["die", "destroy"]}, decode=True
+        since=since, until=time.time() + 1, filters={"event": ["kill", "disconnect"]}, decode=True
     )
     spans: dict[str, dict[str, int]] = {}
     for event in events:
-        name = event["Actor"]["Attributes"].get("name")
-        if name in names:
-            spans.setdefault(name, {})[event["Action"]] = event["timeNano"]
+        container = event["id"] if event["Type"] == "container" else event["Actor"]["Attributes"].get("container")
+        if container in containers:
+            spans.setdefault(container, {})[event["Action"]] = event["timeNano"]
     assert len(spans) == 6 and all(len(s) == 2 for s in spans.values()), spans
-    ordered = sorted((s["die"], s["destroy"]) for s in spans.values())
+    ordered = sorted((s["kill"], s["disconnect"]) for s in spans.values())
     overlaps = [(a, b) for a, b in itertools.pairwise(ordered) if b[0] < a[1]]
     assert not overlaps, f"teardowns overlapped: {overlaps}"

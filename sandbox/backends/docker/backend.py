@@ -55,7 +55,7 @@ from sandbox.backends.docker.claim_writer import ClaimWriter
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.docker.describe import describe, from_summary, timestamp
 from sandbox.backends.docker.networks import InternalNetworks
-from sandbox.backends.docker.teardown import TeardownLane, engine_needs_lane
+from sandbox.backends.docker.teardown import TeardownLane, engine_needs_lane, run_to_exit, stop_now
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec
 from sandbox.protocol import AGENT_SOCKET_NAME, SOCKET_DIR_IN_SANDBOX
@@ -88,16 +88,6 @@ async def _call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
         return await asyncio.to_thread(fn, *args, **kwargs)
     except ENGINE_ERRORS as e:
         raise _translate(e, what) from e
-
-
-def _kill_and_wait(container: Container) -> None:
-    container.kill()
-    container.wait(condition="not-running", timeout=30)
-
-
-def _run_to_exit(container: Container, *, timeout: float) -> dict[str, Any]:
-    container.start()
-    return dict(container.wait(timeout=timeout))
 
 
 class DockerBackend(Backend):
@@ -194,16 +184,19 @@ class DockerBackend(Backend):
         return describe(container)
 
     async def _tear_down(self, what: str, fn: Callable[[], T]) -> T:
-        """A call that ends a container's run (a removal, a kill, a wait for an exit): in the teardown lane when
-        the engine needs one (``teardown.py``)."""
-        lane = self.config.serial_teardown
-        version = str((await self._call_info()).get("ServerVersion")) if lane == "auto" else ""
-        if lane == "off" or (lane == "auto" and not engine_needs_lane(version)):
+        """A call that ends a container's run (a kill, a wait for an exit): in the teardown lane when the engine
+        needs one (``teardown.py``)."""
+        if not await self._needs_lane():
             return await _call(what, fn)
         try:
             return await self._teardowns.run(fn)
         except ENGINE_ERRORS as e:
             raise _translate(e, what) from e
+
+    async def _needs_lane(self) -> bool:
+        if self.config.serial_teardown != "auto":
+            return self.config.serial_teardown == "on"
+        return engine_needs_lane(str((await self._call_info()).get("ServerVersion")))
 
     async def _call_info(self) -> dict[str, Any]:
         """The engine's info, asked once: its CPUs (what nano_cpus is checked against) and storage driver."""
@@ -226,7 +219,7 @@ class DockerBackend(Backend):
         if container.status == "running":  # a failed agent or X server: kill and start again, files kept
             # Killed, not stopped: the sandbox failed, so a graceful stop buys nothing (written files are in the
             # page cache either way) and costs seconds, Chromium's shutdown most of all.
-            await settled(self._tear_down(f"stop instance {instance_id}", partial(_kill_and_wait, container)))
+            await settled(self._tear_down(f"stop instance {instance_id}", partial(stop_now, container)))
             await settled(_call(f"restart instance {instance_id}", container.start))
         else:
             await settled(_call(f"restart instance {instance_id}", container.start))
@@ -322,7 +315,7 @@ class DockerBackend(Backend):
             )
         )
         try:
-            result = await self._tear_down(f"prepare volume {name}", partial(_run_to_exit, chown, timeout=60))
+            result = await self._tear_down(f"prepare volume {name}", partial(run_to_exit, chown, timeout=60))
             if result.get("StatusCode") != 0:
                 raise BackendError(f"could not hand volume {name} to uid {uid}: exit {result.get('StatusCode')}")
         finally:
@@ -333,7 +326,9 @@ class DockerBackend(Backend):
         await self._forget_agent(instance_id)
         try:
             container = await self._get(instance_id)
-            await self._tear_down(f"remove instance {instance_id}", partial(container.remove, force=True, v=True))
+            if await self._needs_lane():  # stopped in turn; its files are removed beside other removals
+                await self._tear_down(f"stop instance {instance_id}", partial(stop_now, container))
+            await _call(f"remove instance {instance_id}", container.remove, force=True, v=True)
             await self._networks.release(container.attrs)  # its tenant's internal network, if the last one on it
         except NotFound:
             pass

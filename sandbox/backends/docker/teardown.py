@@ -4,12 +4,10 @@ Docker before 23 (Debian 12's 20.10.24 among them) has a lock-order deadlock (mo
 moby/libnetwork#2679): a container leaving its network takes the network's lock and then the controller's, while
 the watch loop handling another container's endpoint deletion takes them the other way round. Every container
 with network ``none`` is on the same network, so two teardowns that overlap can stop the whole engine; only a
-dockerd restart brings it back. Removal, kill and any wait for a container's exit therefore go through one lane
-per host: one worker thread in this process, and an ``flock`` on a host-wide file, so that the control planes
-sharing an engine (replicas, a test harness) take turns too. An engine that tears down before its remove call
-returns (as 20.10 does) thus never starts a teardown while another runs. The price is removal throughput: about 13
-a second on a 2-core host against 21 at once, which bounds sustained resets (each removes its old container in the
-background) and deletes per host.
+dockerd restart brings it back. Every kill of a container, and every wait for a container's exit, therefore goes
+through one lane per host: one worker thread in this process, and an ``flock`` on a host-wide file, so that the
+control planes sharing an engine (replicas, a test harness) take turns too. A turn ends only once the engine has
+handled the exit (``stop_now``); removing the stopped container's files needs no turn.
 """
 
 from __future__ import annotations
@@ -22,7 +20,10 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import docker.errors
+from docker.models.containers import Container
 
 T = TypeVar("T")
 
@@ -37,6 +38,27 @@ def engine_needs_lane(server_version: str) -> bool:
     deadlock. A version that does not parse is taken as affected: a lane is slower, a deadlock is fatal."""
     major = server_version.split(".", 1)[0]
     return not major.isdigit() or int(major) < FIXED_IN_MAJOR
+
+
+def stop_now(container: Container) -> None:
+    """Kill the container if it runs, and return once the engine has handled its exit, network teardown included.
+    ``wait`` returns as soon as the state reads stopped, which an engine may set before that teardown ends; an
+    inspect takes the container's lock, which the engine's exit handling holds to its end."""
+    try:
+        container.kill()
+    except docker.errors.APIError as e:
+        if e.status_code != 409:  # 409: not running
+            raise
+    container.wait(condition="not-running", timeout=30)
+    container.reload()
+
+
+def run_to_exit(container: Container, *, timeout: float) -> dict[str, Any]:
+    """Start a helper container and return its wait result once the engine has handled its exit (as above)."""
+    container.start()
+    result = dict(container.wait(timeout=timeout))
+    container.reload()
+    return result
 
 
 class TeardownLane:
