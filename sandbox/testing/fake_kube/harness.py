@@ -16,6 +16,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import docker
@@ -25,7 +26,7 @@ from aiohttp import web
 from sandbox.testing.fake_kube.app import FakeApi
 from sandbox.testing.fake_kube.custom import CRD_RESOURCE
 from sandbox.testing.fake_kube.objects import ObjectStore, Validator
-from sandbox.testing.fake_kube.realize import Realizer
+from sandbox.testing.fake_kube.realize import TEARDOWNS, Realizer
 from sandbox.testing.fake_kube.sim_agent import SIMULATED_IP, SimAgent
 from sandbox.testing.fake_kube.simulate import Simulator
 
@@ -181,7 +182,7 @@ class FakeKube:
         if self._docker is not None:
             for summary in self._containers():
                 with contextlib.suppress(docker.errors.NotFound):
-                    self._docker.api.remove_container(summary["Id"], force=True, v=True)
+                    TEARDOWNS.run_sync(partial(self._docker.api.remove_container, summary["Id"], force=True, v=True))
             for network in self._docker.networks.list(filters={"label": f"fake-kube.harness={self.harness_id}"}):
                 with contextlib.suppress(docker.errors.NotFound):
                     network.remove()
@@ -256,7 +257,7 @@ class FakeKube:
         container = await self.call(self.kubelet.container_of, namespace or self.namespaces[0], name)
         if container is None:
             raise RuntimeError(f"pod {name} has no running container")
-        await asyncio.to_thread(self._docker.api.remove_container, container, force=True)
+        await TEARDOWNS.run(partial(self._docker.api.remove_container, container, force=True))
         return str(container)
 
     async def delete_pod(self, name: str, *, namespace: str | None = None, grace: int = 0) -> None:

@@ -17,16 +17,22 @@ import logging
 import re
 import shutil
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import docker
 import docker.errors
 
+from sandbox.backends.docker.teardown import TeardownLane
 from sandbox.testing.fake_kube.container_spec import Context, NotRunnable, container_args
 from sandbox.testing.fake_kube.objects import ApiError, ObjectStore, now_rfc3339
 
 NODE = "fake-node"
 _log = logging.getLogger(__name__)
+
+
+TEARDOWNS = TeardownLane()
+"""Pod containers are removed one at a time, host-wide, like the Docker backend's (teardown.py)."""
 
 
 @dataclass
@@ -287,8 +293,9 @@ class Realizer:
             if not found:
                 break
             for summary in found:
+                remove = partial(self.client.api.remove_container, summary["Id"], force=True, v=True)
                 try:
-                    await asyncio.to_thread(self.client.api.remove_container, summary["Id"], force=True, v=True)
+                    await TEARDOWNS.run(remove)  # in turn with every removal on this engine: teardown.py
                 except docker.errors.NotFound:
                     pass
                 except docker.errors.APIError as e:
