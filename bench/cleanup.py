@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Sequence
+from functools import partial
 
 from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from sandbox.backends.docker.teardown import TeardownLane
@@ -26,14 +27,10 @@ def _ids(args: Sequence[str]) -> list[str]:
 
 
 def remove_containers(containers: Sequence[str]) -> None:
-    """``docker rm -f -v`` of each, one at a time, in one turn of the host's teardown lane; blocking."""
-
-    def remove_each() -> None:
-        for container in containers:
-            _docker(["rm", "-f", "-v", container])
-
-    if containers:
-        TEARDOWNS.run_sync(remove_each)
+    """``docker rm -f -v`` of each, one per turn of the host's teardown lane (a control plane still running takes
+    its turns between them); blocking."""
+    for container in containers:
+        TEARDOWNS.run_sync(partial(_docker, ["rm", "-f", "-v", container]))
 
 
 def remove_owned(owner: str) -> dict[str, int]:

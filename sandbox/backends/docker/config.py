@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+DEFAULT_TEARDOWN_LOCK = "/run/lock/sandbox-docker-teardown.lock"
+
 
 class DockerConfig(BaseModel):
     """Instances as containers on one Docker engine."""
@@ -42,6 +44,6 @@ class DockerConfig(BaseModel):
         ),
     )
     teardown_lock: str | None = Field(
-        "/run/lock/sandbox-docker-teardown.lock",
+        DEFAULT_TEARDOWN_LOCK,
         description="The host-wide lock file the control planes sharing an engine take turns on; None: this process.",
     )

@@ -25,9 +25,10 @@ from typing import Any, TypeVar
 import docker.errors
 from docker.models.containers import Container
 
+from sandbox.backends.docker.config import DEFAULT_TEARDOWN_LOCK
+
 T = TypeVar("T")
 
-DEFAULT_LOCK_PATH = "/run/lock/sandbox-docker-teardown.lock"
 FIXED_IN_MAJOR = 23  # Docker 23.0 ships libnetwork with the fix
 
 LOGGER = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class TeardownLane:
     """Runs blocking teardown calls one at a time, host-wide, in a thread of its own (a queue of removals never
     holds the threads that every other engine call runs in)."""
 
-    def __init__(self, lock_path: str | None = DEFAULT_LOCK_PATH) -> None:
+    def __init__(self, lock_path: str | None = DEFAULT_TEARDOWN_LOCK) -> None:
         self._lock_path = lock_path
         self._executor: ThreadPoolExecutor | None = None
         self._executor_guard = threading.Lock()
