@@ -52,9 +52,12 @@ def jpeg(image: Image.Image, quality: int) -> bytes:
 
 
 def deflate_band(image: Image.Image, top: int, bottom: int, last: bool) -> Band:
-    """Deflate rows [top, bottom) with PNG filter type 0."""
-    stride = image.width * 3
-    pixels = image.crop((0, top, image.width, bottom)).tobytes()
+    """Deflate rows [top, bottom) of an RGB image with PNG filter type 0."""
+    return deflate_rows(image.crop((0, top, image.width, bottom)).tobytes(), image.width * 3, last=last)
+
+
+def deflate_rows(pixels: bytes, stride: int, *, last: bool) -> Band:
+    """Deflate rows of ``stride`` bytes each, every row prefixed with PNG filter type 0 (none)."""
     rows = b"".join([b"\0" + pixels[i : i + stride] for i in range(0, len(pixels), stride)])
     deflater = zlib.compressobj(PNG_ZLIB_LEVEL, zlib.DEFLATED, -15)
     # A sync flush ends a band on a byte boundary without closing the stream, so bands concatenate.

@@ -19,6 +19,7 @@ from Xlib import error as xerror
 from sandbox.agent.display.actions import ACTIONS, MAX_WAIT_SECONDS
 from sandbox.agent.display.arguments import int_arg
 from sandbox.agent.display.encoders import JPEG_DEFAULT_QUALITY, PNG_BANDS, encode_jpeg, encode_png
+from sandbox.agent.display.frames import FrameCache
 from sandbox.agent.display.session import XSession
 from sandbox.agent.errors import AgentError, bad_request, require
 from sandbox.protocol import ErrorCode
@@ -32,6 +33,7 @@ class Display:
         self._log = logger
         self._x_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="x11")
         self._encoder = ThreadPoolExecutor(max_workers=PNG_BANDS, thread_name_prefix="screenshot-encode")
+        self._frames = FrameCache(self._encoder)
         self._session: XSession | None = None  # touched only on the X thread
         self._closed = False
 
@@ -44,21 +46,30 @@ class Display:
         quality = int_arg(args, "quality", 1, 100, JPEG_DEFAULT_QUALITY)
         region = require(args, "region", dict, None)
         started = time.perf_counter()
+        if fmt == "png" and region is None:
+            return await self._screen_png(started)
         image = await self._call(lambda s: s.capture(cast("dict[str, Any] | None", region)))
         captured = time.perf_counter()
         if fmt == "jpeg":
             data = await encode_jpeg(image, quality, self._encoder)
         else:
             data = await encode_png(image, self._encoder)
-        encoded = time.perf_counter()
-        meta = {
-            "width": image.width,
-            "height": image.height,
-            "format": fmt,
-            "capture_ms": round((captured - started) * 1000, 3),
-            "encode_ms": round((encoded - captured) * 1000, 3),
-        }
+        meta = {"width": image.width, "height": image.height, "format": fmt, **_timings(started, captured)}
         return meta, data
+
+    async def _screen_png(self, started: float) -> tuple[dict[str, Any], bytes]:
+        raw, width, height = await self._call(lambda s: (s.capture_screen(), s.width, s.height))
+        captured = time.perf_counter()
+        encoded = await self._frames.png(raw, width, height)
+        meta = {
+            "width": width,
+            "height": height,
+            "format": "png",
+            **_timings(started, captured),
+            "bands": encoded.bands,
+            "bands_reused": encoded.reused,
+        }
+        return meta, encoded.png
 
     async def act(self, action: dict[str, Any]) -> dict[str, Any]:
         kind = action.get("type")
@@ -106,6 +117,7 @@ class Display:
         self._x_thread.submit(self._drop)
         self._x_thread.shutdown(wait=False)
         self._encoder.shutdown(wait=False)
+        self._frames.forget()
 
     async def _call(self, fn: Callable[[XSession], T]) -> T:
         if self._closed:
@@ -136,3 +148,10 @@ class Display:
         if self._session is not None:
             self._session.close()
             self._session = None
+
+
+def _timings(started: float, captured: float) -> dict[str, float]:
+    return {
+        "capture_ms": round((captured - started) * 1000, 3),
+        "encode_ms": round((time.perf_counter() - captured) * 1000, 3),
+    }
