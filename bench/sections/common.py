@@ -24,15 +24,20 @@ async def series(
     warmup: int,
     *,
     pause_s: float = 0.0,
+    before: Callable[[], Awaitable[None]] | None = None,
 ) -> list[float]:
-    """``warmup`` untimed calls, then ``n`` timed ones, one at a time (``pause_s`` apart: a rollout's think time);
-    the latencies in seconds."""
+    """``warmup`` untimed calls, then ``n`` timed ones, one at a time (``pause_s`` apart: a rollout's think time;
+    ``before`` each one, untimed: an action whose effect the call then sees); the latencies in seconds."""
     for _ in range(warmup):
+        if before is not None:
+            await before()
         await call()
     samples = []
     for i in range(n):
         if pause_s:
             await asyncio.sleep(pause_s)
+        if before is not None:
+            await before()
         started = time.perf_counter()
         await call()
         samples.append(time.perf_counter() - started)

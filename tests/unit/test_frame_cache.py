@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import io
 import random
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from PIL import Image, ImageDraw
 
-from sandbox.agent.display.frames import FrameCache
+from sandbox.agent.display.frames import FrameCache, Take
+
+Capture = Callable[[Take], Awaitable[Any]]
 
 WIDTH, HEIGHT = 200, 150  # 150 rows in bands of 32: four whole bands and one of 22 rows
 
@@ -34,8 +38,14 @@ def _screen(seed: int, size: tuple[int, int] = (WIDTH, HEIGHT)) -> Image.Image:
     return image
 
 
-def _bgrx(image: Image.Image) -> bytes:
-    return image.convert("RGBX").tobytes("raw", "BGRX")
+def _bgrx(image: Image.Image) -> Capture:
+    """A capture of ``image`` as the X thread hands it over: writable BGRX pixels."""
+    pixels = bytearray(image.convert("RGBX").tobytes("raw", "BGRX"))
+
+    async def capture(take: Take) -> Any:
+        return take(memoryview(pixels), image.width, image.height)
+
+    return capture
 
 
 def _decoded(data: bytes) -> Image.Image:
@@ -47,7 +57,7 @@ def _decoded(data: bytes) -> Image.Image:
 
 async def test_the_first_frame_encodes_every_band_and_decodes_to_its_pixels(pool: ThreadPoolExecutor) -> None:
     screen = _screen(1)
-    encoded = await FrameCache(pool).png(_bgrx(screen), WIDTH, HEIGHT)
+    encoded = await FrameCache(pool).png(_bgrx(screen))
     assert (encoded.bands, encoded.reused) == (5, 0)
     assert _decoded(encoded.png).tobytes() == screen.tobytes()
 
@@ -55,8 +65,8 @@ async def test_the_first_frame_encodes_every_band_and_decodes_to_its_pixels(pool
 async def test_an_unchanged_screen_reuses_every_band(pool: ThreadPoolExecutor) -> None:
     cache = FrameCache(pool)
     screen = _bgrx(_screen(2))
-    first = await cache.png(screen, WIDTH, HEIGHT)
-    again = await cache.png(screen, WIDTH, HEIGHT)
+    first = await cache.png(screen)
+    again = await cache.png(screen)
     assert again.reused == again.bands == 5
     assert again.png == first.png
 
@@ -75,21 +85,21 @@ async def test_a_change_deflates_only_its_bands_and_the_png_shows_it(
 ) -> None:
     cache = FrameCache(pool)
     before = _screen(3)
-    await cache.png(_bgrx(before), WIDTH, HEIGHT)
+    await cache.png(_bgrx(before))
     after = before.copy()
     ImageDraw.Draw(after).rectangle(box, fill=(255, 0, 255))
-    encoded = await cache.png(_bgrx(after), WIDTH, HEIGHT)
+    encoded = await cache.png(_bgrx(after))
     assert encoded.reused == encoded.bands - len(changed_bands)
     assert _decoded(encoded.png).tobytes() == after.tobytes()
-    fresh = await FrameCache(pool).png(_bgrx(after), WIDTH, HEIGHT)
+    fresh = await FrameCache(pool).png(_bgrx(after))
     assert _decoded(fresh.png).tobytes() == after.tobytes()
 
 
 async def test_a_frame_of_another_size_starts_over(pool: ThreadPoolExecutor) -> None:
     cache = FrameCache(pool)
-    await cache.png(_bgrx(_screen(4)), WIDTH, HEIGHT)
+    await cache.png(_bgrx(_screen(4)))
     smaller = _screen(4, (120, 64))
-    encoded = await cache.png(_bgrx(smaller), 120, 64)
+    encoded = await cache.png(_bgrx(smaller))
     assert (encoded.bands, encoded.reused) == (2, 0)
     assert _decoded(encoded.png).tobytes() == smaller.tobytes()
 
@@ -97,25 +107,73 @@ async def test_a_frame_of_another_size_starts_over(pool: ThreadPoolExecutor) -> 
 async def test_frames_encoded_at_once_each_decode_to_their_own_pixels(pool: ThreadPoolExecutor) -> None:
     cache = FrameCache(pool)
     screens = [_screen(seed) for seed in range(6)]
-    encoded = await asyncio.gather(*(cache.png(_bgrx(s), WIDTH, HEIGHT) for s in screens))
+    encoded = await asyncio.gather(*(cache.png(_bgrx(s)) for s in screens))
     for screen, result in zip(screens, encoded, strict=True):
         assert _decoded(result.png).tobytes() == screen.tobytes()
 
 
-async def test_a_cancelled_frame_leaves_the_last_one_whole(pool: ThreadPoolExecutor) -> None:
+async def test_after_a_cancelled_frame_the_next_one_shows_its_own_pixels(pool: ThreadPoolExecutor) -> None:
+    """The cancelled frame's pixels were taken but its bands never deflated: the cache must not pair them."""
     cache = FrameCache(pool)
-    first = _screen(5)
-    await cache.png(_bgrx(first), WIDTH, HEIGHT)
-    task = asyncio.create_task(cache.png(_bgrx(_screen(6)), WIDTH, HEIGHT))
-    await asyncio.sleep(0)  # inside the lock, waiting on a worker
+    first, second = _screen(5), _screen(6)
+    await cache.png(_bgrx(first))
+    task = asyncio.create_task(cache.png(_bgrx(second)))
+    await asyncio.sleep(0)  # taken, deflating on a worker
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    again = await cache.png(_bgrx(first), WIDTH, HEIGHT)
+    again = await cache.png(_bgrx(second))
+    assert _decoded(again.png).tobytes() == second.tobytes()
+
+
+async def test_a_take_left_over_from_a_cancelled_frame_touches_no_later_frame(pool: ThreadPoolExecutor) -> None:
+    """A cancelled frame's take still runs on the X thread, late, after the next frame was kept."""
+    cache = FrameCache(pool)
+    await cache.png(_bgrx(_screen(8)))
+    late_pixels = bytearray(_screen(9).convert("RGBX").tobytes("raw", "BGRX"))
+    started, release = threading.Event(), threading.Event()
+    jobs: list[Future[Any]] = []
+
+    def late_take(take: Take) -> Any:
+        started.set()
+        release.wait(10)
+        return take(memoryview(late_pixels), WIDTH, HEIGHT)
+
+    with ThreadPoolExecutor(max_workers=1) as x_thread:
+
+        async def slow_capture(take: Take) -> Any:
+            jobs.append(x_thread.submit(late_take, take))
+            return await asyncio.wrap_future(jobs[0])
+
+        task = asyncio.create_task(cache.png(slow_capture))
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        later = _screen(10)
+        await cache.png(_bgrx(later))
+        release.set()
+        await asyncio.wrap_future(jobs[0])
+    again = await cache.png(_bgrx(later))
     assert again.reused == again.bands
-    assert _decoded(again.png).tobytes() == first.tobytes()
+    assert _decoded(again.png).tobytes() == later.tobytes()
 
 
-async def test_a_frame_of_the_wrong_length_is_refused(pool: ThreadPoolExecutor) -> None:
-    with pytest.raises(ValueError, match="200x150 BGRX frame has 120000 bytes, not 4"):
-        await FrameCache(pool).png(b"\0" * 4, WIDTH, HEIGHT)
+async def test_a_frame_cut_wrong_is_refused(pool: ThreadPoolExecutor) -> None:
+    with pytest.raises(ValueError, match="a 200x150 BGRX frame has 120000 bytes, not 4"):
+        await FrameCache(pool).png(lambda take: _async(take(memoryview(bytearray(4)), WIDTH, HEIGHT)))
+
+
+async def test_many_changed_bands_spread_over_the_pool_and_still_decode(pool: ThreadPoolExecutor) -> None:
+    cache = FrameCache(pool)
+    screen = _screen(7, (WIDTH, 400))  # 13 bands
+    await cache.png(_bgrx(screen))
+    changed = screen.copy()
+    ImageDraw.Draw(changed).rectangle((0, 0, 3, 399), fill=(1, 2, 3))  # a thin column through every band
+    encoded = await cache.png(_bgrx(changed))
+    assert (encoded.bands, encoded.reused) == (13, 0)
+    assert _decoded(encoded.png).tobytes() == changed.tobytes()
+
+
+async def _async(value: Any) -> Any:
+    return value

@@ -1,18 +1,22 @@
 """``FrameCache``: a full-screen PNG deflates again only the bands of rows whose pixels changed since the last one.
 
-Between two agent steps most of a screen stays as it was (a menu opens, a line of text appears). The frame is cut
+Between two agent steps most of a screen stays as it was (a menu opens, a line of text appears). The screen is cut
 into bands of ``BAND_ROWS`` rows, each deflated on its own and ended on a byte boundary, so the bands concatenate
-into one zlib stream (see ``encoders.png``). A band whose raw pixels are byte for byte those of the last frame keeps
-its deflated bytes: no colour conversion, no compression. Only the last frame is kept (its raw pixels, about 4 MB at
-1280x800, and its deflated bands); a frame of another size starts over.
+into one zlib stream (see ``encoders.png``). The cache keeps the last frame's raw pixels (about 4 MB at 1280x800) and
+its deflated bands. On the capture thread, each band of the new frame is compared with the kept one (``memcmp``) and
+only a changed band is copied over; then only the changed bands are converted and deflated. The kept buffer is
+reused frame after frame: a fresh 4 MB per capture would cost about a thousand page faults.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import ctypes
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
+from typing import cast
 
 from PIL import Image
 
@@ -20,21 +24,45 @@ from sandbox.agent.display.encoders import PNG_BANDS, Band, deflate_rows, png
 
 BAND_ROWS = 32
 BYTES_PER_PIXEL = 4  # the X server's BGRX
+INLINE_BANDS = 3
+"""Up to this many changed bands are deflated in one worker call; more are spread over the pool."""
+
+_libc = ctypes.CDLL(None)
+_libc.memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+_libc.memcmp.restype = ctypes.c_int
 
 
-@dataclass(frozen=True)
-class _Frame:
+@dataclass
+class _Kept:
+    """The last frame: its BGRX pixels and each band's deflated bytes."""
+
     width: int
     height: int
-    raw: list[bytes]  # BGRX pixels, one entry per band
-    bands: list[Band]
+    band_rows: int
+    pixels: bytearray
+    bands: list[Band] = field(default_factory=list)
+
+    @property
+    def stride(self) -> int:
+        return self.width * BYTES_PER_PIXEL
+
+    def spans(self) -> list[tuple[int, int]]:
+        """Each band's (offset, length) in bytes."""
+        step = self.band_rows * self.stride
+        return [(top, min(step, len(self.pixels) - top)) for top in range(0, len(self.pixels), step)]
 
 
 @dataclass(frozen=True)
 class Encoded:
     png: bytes
+    width: int
+    height: int
     bands: int
     reused: int
+
+
+Take = Callable[[memoryview, int, int], tuple[_Kept, list[int]]]
+"""Called on the capture thread with the screen's BGRX pixels (a writable buffer), its width and its height."""
 
 
 class FrameCache:
@@ -42,52 +70,69 @@ class FrameCache:
         self._pool = pool
         self._workers = workers
         self._band_rows = band_rows
-        self._last: _Frame | None = None
+        self._kept: _Kept | None = None
         self._lock = asyncio.Lock()  # one frame at a time compares with, and replaces, the last one
 
-    async def png(self, raw: bytes, width: int, height: int) -> Encoded:
-        """The PNG of a ``width`` x ``height`` BGRX frame."""
-        expected = width * height * BYTES_PER_PIXEL
-        if len(raw) != expected:
-            raise ValueError(f"a {width}x{height} BGRX frame has {expected} bytes, not {len(raw)}")
-        loop = asyncio.get_running_loop()
+    async def png(self, capture: Callable[[Take], Awaitable[tuple[_Kept, list[int]]]]) -> Encoded:
+        """The PNG of the screen. ``capture(take)`` grabs the screen and returns ``take(pixels, width, height)``
+        called on the thread that owns the pixels, before anything overwrites them."""
         async with self._lock:
-            last = self._last
-            if last is not None and (last.width, last.height) != (width, height):
-                last = None
-            cut, changed = await loop.run_in_executor(self._pool, self._compare, raw, width, height, last)
-            groups = [changed[i :: self._workers] for i in range(min(self._workers, len(changed)))]
-            deflated = await asyncio.gather(
-                *(loop.run_in_executor(self._pool, _deflate_bands, cut, group, width) for group in groups)
-            )
-            # Nothing is replaced before every band is done: a cancelled frame leaves the last one whole.
-            bands = list(last.bands) if last is not None else [_EMPTY] * len(cut)
-            for group, done in zip(groups, deflated, strict=True):
-                for index, band in zip(group, done, strict=True):
-                    bands[index] = band
-            self._last = _Frame(width, height, cut, bands)
-        return Encoded(png(width, height, bands), len(cut), len(cut) - len(changed))
+            try:
+                kept, changed = await capture(partial(_take, self._kept, self._band_rows))
+                done = await self._deflate(kept, changed)
+            except BaseException:
+                # A take may have copied pixels whose bands were never deflated: start over next time.
+                self._kept = None
+                raise
+            for index, band in zip(changed, done, strict=True):
+                kept.bands[index] = band
+            self._kept = kept
+            data, count = png(kept.width, kept.height, kept.bands), len(kept.bands)
+            return Encoded(data, kept.width, kept.height, count, count - len(changed))
 
     def forget(self) -> None:
-        self._last = None
+        self._kept = None
 
-    def _compare(self, raw: bytes, width: int, height: int, last: _Frame | None) -> tuple[list[bytes], list[int]]:
-        stride = width * BYTES_PER_PIXEL
-        step = self._band_rows * stride
-        cut = [raw[top : top + step] for top in range(0, height * stride, step)]
-        if last is None:
-            return cut, list(range(len(cut)))
-        return cut, [i for i, band in enumerate(cut) if band != last.raw[i]]
+    async def _deflate(self, kept: _Kept, changed: list[int]) -> list[Band]:
+        loop = asyncio.get_running_loop()
+        if len(changed) <= INLINE_BANDS:
+            return await loop.run_in_executor(self._pool, _deflate_bands, kept, changed) if changed else []
+        groups = [changed[i :: self._workers] for i in range(self._workers)]
+        deflated = await asyncio.gather(*(loop.run_in_executor(self._pool, _deflate_bands, kept, g) for g in groups))
+        by_index: dict[int, Band] = {}
+        for group, bands in zip(groups, deflated, strict=True):
+            by_index.update(zip(group, bands, strict=True))
+        return [by_index[i] for i in changed]
 
 
-_EMPTY: Band = (b"", 1, 0)
+def _take(kept: _Kept | None, band_rows: int, pixels: memoryview, width: int, height: int) -> tuple[_Kept, list[int]]:
+    """The frame to keep and the bands that changed: ``pixels`` compared band by band with ``kept``'s, and the
+    changed bands copied into it (a whole new buffer when there is none of this size)."""
+    expected = width * height * BYTES_PER_PIXEL
+    if len(pixels) != expected:
+        raise ValueError(f"a {width}x{height} BGRX frame has {expected} bytes, not {len(pixels)}")
+    if kept is None or (kept.width, kept.height) != (width, height):
+        fresh = _Kept(width, height, band_rows, bytearray(pixels))
+        fresh.bands = [(b"", 1, 0)] * len(fresh.spans())
+        return fresh, list(range(len(fresh.bands)))
+    source = ctypes.addressof(ctypes.c_char.from_buffer(pixels))
+    target = ctypes.addressof(ctypes.c_char.from_buffer(kept.pixels))
+    changed = []
+    for index, (offset, length) in enumerate(kept.spans()):
+        if _libc.memcmp(source + offset, target + offset, length) != 0:
+            ctypes.memmove(target + offset, source + offset, length)
+            changed.append(index)
+    return kept, changed
 
 
-def _deflate_bands(cut: Sequence[bytes], indexes: Sequence[int], width: int) -> list[Band]:
-    last = len(cut) - 1
+def _deflate_bands(kept: _Kept, indexes: Sequence[int]) -> list[Band]:
+    spans = kept.spans()
     out = []
     for i in indexes:
-        rows = len(cut[i]) // (width * BYTES_PER_PIXEL)
-        rgb = Image.frombuffer("RGB", (width, rows), cut[i], "raw", "BGRX", 0, 1).tobytes()
-        out.append(deflate_rows(rgb, width * 3, last=i == last))
+        offset, length = spans[i]
+        # A ctypes view, not a memoryview: older Pillow decodes only buffers that need no release.
+        band = (ctypes.c_char * length).from_buffer(kept.pixels, offset)
+        rows = length // kept.stride
+        rgb = Image.frombuffer("RGB", (kept.width, rows), cast(bytes, band), "raw", "BGRX", 0, 1).tobytes()
+        out.append(deflate_rows(rgb, kept.width * 3, last=i == len(spans) - 1))
     return out

@@ -19,7 +19,7 @@ from Xlib import error as xerror
 from sandbox.agent.display.actions import ACTIONS, MAX_WAIT_SECONDS
 from sandbox.agent.display.arguments import int_arg
 from sandbox.agent.display.encoders import JPEG_DEFAULT_QUALITY, PNG_BANDS, encode_jpeg, encode_png
-from sandbox.agent.display.frames import FrameCache
+from sandbox.agent.display.frames import FrameCache, Take
 from sandbox.agent.display.session import XSession
 from sandbox.agent.errors import AgentError, bad_request, require
 from sandbox.protocol import ErrorCode
@@ -58,12 +58,18 @@ class Display:
         return meta, data
 
     async def _screen_png(self, started: float) -> tuple[dict[str, Any], bytes]:
-        raw, width, height = await self._call(lambda s: (s.capture_screen(), s.width, s.height))
-        captured = time.perf_counter()
-        encoded = await self._frames.png(raw, width, height)
+        captured = started
+
+        async def capture(take: Take) -> tuple[Any, list[int]]:
+            nonlocal captured
+            taken = await self._call(lambda s: take(*s.screen_pixels()))
+            captured = time.perf_counter()
+            return taken
+
+        encoded = await self._frames.png(capture)
         meta = {
-            "width": width,
-            "height": height,
+            "width": encoded.width,
+            "height": encoded.height,
             "format": "png",
             **_timings(started, captured),
             "bands": encoded.bands,

@@ -91,11 +91,13 @@ class XSession:
         # Decoding BGRX copies the pixels, so the shared segment is free for the next capture.
         return Image.frombuffer("RGB", (w, h), raw, "raw", "BGRX", 0, 1)
 
-    def capture_screen(self) -> bytes:
-        """The whole screen's BGRX pixels, copied out of the shared segment (free for the next capture)."""
+    def screen_pixels(self) -> tuple[memoryview, int, int]:
+        """The whole screen's BGRX pixels, writable, valid until the next capture; its width and height."""
         if self.shm is not None:
-            return bytes(self.shm.get_image(self.d, self.root, 0, 0, self.width, self.height))
-        return bytes(self.root.get_image(0, 0, self.width, self.height, X.ZPixmap, 0xFFFFFFFF).data)
+            pixels = memoryview(self.shm.get_image(self.d, self.root, 0, 0, self.width, self.height)).cast("B")
+            return pixels, self.width, self.height
+        data = self.root.get_image(0, 0, self.width, self.height, X.ZPixmap, 0xFFFFFFFF).data
+        return memoryview(bytearray(data)), self.width, self.height
 
     def cursor(self) -> tuple[int, int]:
         pointer = self.root.query_pointer()
