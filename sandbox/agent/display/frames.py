@@ -25,7 +25,8 @@ from sandbox.agent.display.encoders import PNG_BANDS, Band, deflate_rows, png
 BAND_ROWS = 32
 BYTES_PER_PIXEL = 4  # the X server's BGRX
 INLINE_BANDS = 3
-"""Up to this many changed bands are deflated in one worker call; more are spread over the pool."""
+"""Up to this many changed bands are deflated right where they were found, on the capture thread (no more thread
+hand-offs: most frames after an action); more are spread over the pool."""
 
 _libc = ctypes.CDLL(None)
 _libc.memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
@@ -61,7 +62,15 @@ class Encoded:
     reused: int
 
 
-Take = Callable[[memoryview, int, int], tuple[_Kept, list[int]]]
+@dataclass(frozen=True)
+class Taken:
+    kept: _Kept
+    changed: list[int]
+    deflated: list[Band] | None
+    """The changed bands' deflated bytes, when they were few enough to deflate on the capture thread."""
+
+
+Take = Callable[[memoryview, int, int], Taken]
 """Called on the capture thread with the screen's BGRX pixels (a writable buffer), its width and its height."""
 
 
@@ -73,13 +82,15 @@ class FrameCache:
         self._kept: _Kept | None = None
         self._lock = asyncio.Lock()  # one frame at a time compares with, and replaces, the last one
 
-    async def png(self, capture: Callable[[Take], Awaitable[tuple[_Kept, list[int]]]]) -> Encoded:
+    async def png(self, capture: Callable[[Take], Awaitable[Taken]]) -> Encoded:
         """The PNG of the screen. ``capture(take)`` grabs the screen and returns ``take(pixels, width, height)``
         called on the thread that owns the pixels, before anything overwrites them."""
         async with self._lock:
             try:
-                kept, changed = await capture(partial(_take, self._kept, self._band_rows))
-                done = await self._deflate(kept, changed)
+                taken = await capture(partial(_take, self._kept, self._band_rows))
+                kept, changed, done = taken.kept, taken.changed, taken.deflated
+                if done is None:
+                    done = await self._spread(kept, changed)
             except BaseException:
                 # A take may have copied pixels whose bands were never deflated: start over next time.
                 self._kept = None
@@ -93,10 +104,8 @@ class FrameCache:
     def forget(self) -> None:
         self._kept = None
 
-    async def _deflate(self, kept: _Kept, changed: list[int]) -> list[Band]:
+    async def _spread(self, kept: _Kept, changed: list[int]) -> list[Band]:
         loop = asyncio.get_running_loop()
-        if len(changed) <= INLINE_BANDS:
-            return await loop.run_in_executor(self._pool, _deflate_bands, kept, changed) if changed else []
         groups = [changed[i :: self._workers] for i in range(self._workers)]
         deflated = await asyncio.gather(*(loop.run_in_executor(self._pool, _deflate_bands, kept, g) for g in groups))
         by_index: dict[int, Band] = {}
@@ -105,16 +114,16 @@ class FrameCache:
         return [by_index[i] for i in changed]
 
 
-def _take(kept: _Kept | None, band_rows: int, pixels: memoryview, width: int, height: int) -> tuple[_Kept, list[int]]:
-    """The frame to keep and the bands that changed: ``pixels`` compared band by band with ``kept``'s, and the
-    changed bands copied into it (a whole new buffer when there is none of this size)."""
+def _take(kept: _Kept | None, band_rows: int, pixels: memoryview, width: int, height: int) -> Taken:
+    """``pixels`` compared band by band with ``kept``'s and the changed bands copied into it (a whole new buffer
+    when there is none of this size); a few changed bands are deflated here too."""
     expected = width * height * BYTES_PER_PIXEL
     if len(pixels) != expected:
         raise ValueError(f"a {width}x{height} BGRX frame has {expected} bytes, not {len(pixels)}")
     if kept is None or (kept.width, kept.height) != (width, height):
         fresh = _Kept(width, height, band_rows, bytearray(pixels))
         fresh.bands = [(b"", 1, 0)] * len(fresh.spans())
-        return fresh, list(range(len(fresh.bands)))
+        return Taken(fresh, list(range(len(fresh.bands))), None)
     source = ctypes.addressof(ctypes.c_char.from_buffer(pixels))
     target = ctypes.addressof(ctypes.c_char.from_buffer(kept.pixels))
     changed = []
@@ -122,7 +131,7 @@ def _take(kept: _Kept | None, band_rows: int, pixels: memoryview, width: int, he
         if _libc.memcmp(source + offset, target + offset, length) != 0:
             ctypes.memmove(target + offset, source + offset, length)
             changed.append(index)
-    return kept, changed
+    return Taken(kept, changed, _deflate_bands(kept, changed) if len(changed) <= INLINE_BANDS else None)
 
 
 def _deflate_bands(kept: _Kept, indexes: Sequence[int]) -> list[Band]:

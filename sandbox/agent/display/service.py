@@ -19,7 +19,7 @@ from Xlib import error as xerror
 from sandbox.agent.display.actions import ACTIONS, MAX_WAIT_SECONDS
 from sandbox.agent.display.arguments import int_arg
 from sandbox.agent.display.encoders import JPEG_DEFAULT_QUALITY, PNG_BANDS, encode_jpeg, encode_png
-from sandbox.agent.display.frames import FrameCache, Take
+from sandbox.agent.display.frames import FrameCache, Take, Taken
 from sandbox.agent.display.session import XSession
 from sandbox.agent.errors import AgentError, bad_request, require
 from sandbox.protocol import ErrorCode
@@ -60,7 +60,7 @@ class Display:
     async def _screen_png(self, started: float) -> tuple[dict[str, Any], bytes]:
         captured = started
 
-        async def capture(take: Take) -> tuple[Any, list[int]]:
+        async def capture(take: Take) -> Taken:
             nonlocal captured
             taken = await self._call(lambda s: take(*s.screen_pixels()))
             captured = time.perf_counter()
