@@ -54,6 +54,7 @@ from sandbox.backends.docker import claims as claim_files
 from sandbox.backends.docker.claim_writer import ClaimWriter
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.docker.describe import describe, from_summary, timestamp
+from sandbox.backends.docker.engine_client import connect
 from sandbox.backends.docker.networks import InternalNetworks
 from sandbox.backends.docker.teardown import TeardownLane, engine_needs_lane, run_to_exit, stop_now
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
@@ -107,11 +108,7 @@ class DockerBackend(Backend):
     def client(self) -> docker.DockerClient:
         if self._client is None:
             try:
-                kwargs: dict[str, Any] = {"max_pool_size": self.config.max_pool_size, "timeout": 120}
-                if self.config.base_url:
-                    self._client = docker.DockerClient(base_url=self.config.base_url, **kwargs)
-                else:
-                    self._client = docker.from_env(**kwargs)
+                self._client = connect(self.config.base_url, max_pool_size=self.config.max_pool_size, timeout=120)
             except docker.errors.DockerException as e:
                 raise Unavailable(f"cannot reach the Docker engine: {e}") from e
         return self._client

@@ -24,7 +24,7 @@ def write_claim(socket_root: str, instance_id: str, claim: dict[str, Any]) -> No
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(claim, f, separators=(",", ":"))
+        f.write(json.dumps(claim, separators=(",", ":")))  # dumps: json.dump encodes in Python, chunk by chunk
     os.replace(tmp, path)
 
 
