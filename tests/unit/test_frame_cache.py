@@ -177,3 +177,16 @@ async def test_many_changed_bands_spread_over_the_pool_and_still_decode(pool: Th
 
 async def _async(value: Any) -> Any:
     return value
+
+
+async def test_scattered_changes_in_many_bands_reuse_the_rest_and_decode(pool: ThreadPoolExecutor) -> None:
+    cache = FrameCache(pool)
+    screen = _screen(11, (WIDTH, 400))  # 13 bands, the last one 16 rows
+    await cache.png(_bgrx(screen))
+    changed = screen.copy()
+    draw = ImageDraw.Draw(changed)
+    for band in (0, 2, 3, 4, 7, 9, 12):  # runs of one and of three, the short last band among them
+        draw.point((band * 7, band * 32 + 5), fill=(250, 250, 250))
+    encoded = await cache.png(_bgrx(changed))
+    assert (encoded.bands, encoded.reused) == (13, 6)
+    assert _decoded(encoded.png).tobytes() == changed.tobytes()

@@ -15,6 +15,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import Executor
+from typing import Any
 
 from PIL import Image
 
@@ -22,6 +23,7 @@ PNG_ZLIB_LEVEL = 1
 PNG_BANDS = max(1, min(4, len(os.sched_getaffinity(0))))
 JPEG_DEFAULT_QUALITY = 80
 
+Deflater = Any  # zlib's compressor object, which the zlib module does not name
 Band = tuple[bytes, int, int]
 """One deflated band: (raw deflate data, adler32 of its uncompressed bytes, their length)."""
 
@@ -58,11 +60,25 @@ def deflate_band(image: Image.Image, top: int, bottom: int, last: bool) -> Band:
 
 def deflate_rows(pixels: bytes, stride: int, *, last: bool) -> Band:
     """Deflate rows of ``stride`` bytes each, every row prefixed with PNG filter type 0 (none)."""
-    rows = b"".join([b"\0" + pixels[i : i + stride] for i in range(0, len(pixels), stride)])
-    deflater = zlib.compressobj(PNG_ZLIB_LEVEL, zlib.DEFLATED, -15)
-    # A sync flush ends a band on a byte boundary without closing the stream, so bands concatenate.
-    data = deflater.compress(rows) + deflater.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+    return deflate_filtered(filtered_rows(pixels, stride), new_deflater(), last=last)
+
+
+def filtered_rows(pixels: bytes, stride: int) -> bytes:
+    """Rows of ``stride`` bytes each, every one prefixed with PNG filter type 0 (none)."""
+    return b"".join([b"\0" + pixels[i : i + stride] for i in range(0, len(pixels), stride)])
+
+
+def deflate_filtered(rows: bytes | memoryview, deflater: Deflater, *, last: bool) -> Band:
+    """One band of filtered rows. ``deflater`` may be shared by bands deflated one after another (allocating one
+    costs more than deflating a band of 32 rows): a full flush ends each band, so the next refers to nothing before
+    it and every band's bytes stand alone, as if a compressor of its own had made them. Either flush ends a band on
+    a byte boundary without closing the stream, so bands concatenate. After the ``last`` band it is finished."""
+    data = deflater.compress(rows) + deflater.flush(zlib.Z_FINISH if last else zlib.Z_FULL_FLUSH)
     return data, zlib.adler32(rows), len(rows)
+
+
+def new_deflater() -> Deflater:
+    return zlib.compressobj(PNG_ZLIB_LEVEL, zlib.DEFLATED, -15)
 
 
 def png(width: int, height: int, bands: Sequence[Band]) -> bytes:

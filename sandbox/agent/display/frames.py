@@ -20,7 +20,7 @@ from typing import cast
 
 from PIL import Image
 
-from sandbox.agent.display.encoders import PNG_BANDS, Band, deflate_rows, png
+from sandbox.agent.display.encoders import PNG_BANDS, Band, deflate_filtered, filtered_rows, new_deflater, png
 
 BAND_ROWS = 32
 BYTES_PER_PIXEL = 4  # the X server's BGRX
@@ -106,12 +106,10 @@ class FrameCache:
 
     async def _spread(self, kept: _Kept, changed: list[int]) -> list[Band]:
         loop = asyncio.get_running_loop()
-        groups = [changed[i :: self._workers] for i in range(self._workers)]
+        n = len(changed)  # adjacent bands stay together: a run is converted and filtered in one go
+        groups = [changed[n * k // self._workers : n * (k + 1) // self._workers] for k in range(self._workers)]
         deflated = await asyncio.gather(*(loop.run_in_executor(self._pool, _deflate_bands, kept, g) for g in groups))
-        by_index: dict[int, Band] = {}
-        for group, bands in zip(groups, deflated, strict=True):
-            by_index.update(zip(group, bands, strict=True))
-        return [by_index[i] for i in changed]
+        return [band for bands in deflated for band in bands]
 
 
 def _take(kept: _Kept | None, band_rows: int, pixels: memoryview, width: int, height: int) -> Taken:
@@ -135,13 +133,37 @@ def _take(kept: _Kept | None, band_rows: int, pixels: memoryview, width: int, he
 
 
 def _deflate_bands(kept: _Kept, indexes: Sequence[int]) -> list[Band]:
+    """The deflated bytes of bands ``indexes`` (ascending): each run of adjacent bands converted and filtered in
+    one go, then deflated band by band through one compressor."""
     spans = kept.spans()
+    out_stride = kept.width * 3 + 1  # RGB and the filter byte
+    deflater = new_deflater()
     out = []
-    for i in indexes:
-        offset, length = spans[i]
+    for run in _runs(indexes):
+        offset = spans[run[0]][0]
+        length = sum(spans[i][1] for i in run)
         # A ctypes view, not a memoryview: older Pillow decodes only buffers that need no release.
-        band = (ctypes.c_char * length).from_buffer(kept.pixels, offset)
-        rows = length // kept.stride
-        rgb = Image.frombuffer("RGB", (kept.width, rows), cast(bytes, band), "raw", "BGRX", 0, 1).tobytes()
-        out.append(deflate_rows(rgb, kept.width * 3, last=i == len(spans) - 1))
+        pixels = (ctypes.c_char * length).from_buffer(kept.pixels, offset)
+        size = (kept.width, length // kept.stride)
+        rgb = Image.frombuffer("RGB", size, cast(bytes, pixels), "raw", "BGRX", 0, 1).tobytes()
+        rows = memoryview(filtered_rows(rgb, kept.width * 3))
+        start = 0
+        for i in run:
+            end = start + spans[i][1] // kept.stride * out_stride
+            last = i == len(spans) - 1
+            out.append(deflate_filtered(rows[start:end], deflater, last=last))
+            if last:
+                deflater = new_deflater()
+            start = end
     return out
+
+
+def _runs(indexes: Sequence[int]) -> list[list[int]]:
+    """``indexes`` (ascending) cut where they stop being consecutive."""
+    runs: list[list[int]] = []
+    for i in indexes:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
