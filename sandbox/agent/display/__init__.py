@@ -6,9 +6,10 @@
 - ``keymap``: the server's keyboard map and the spare keycodes borrowed for keysyms it lacks.
 - ``keysyms``: characters and key names to X keysyms.
 - ``encoders``: PNG (parallel deflate bands) and JPEG encoding of captured frames.
+- ``frames``: the full-screen PNG's band cache: only the bands whose pixels changed are deflated again.
 - ``xshm``: MIT-SHM capture through a shared-memory segment.
 - ``arguments``: bounded integer and screen-coordinate arguments.
 
-Nothing is imported here: ``keysyms``, ``keymap``, ``encoders`` and ``arguments`` need only the standard library
-(and Pillow), so they load where python-xlib is not installed.
+Nothing is imported here: ``keysyms``, ``keymap``, ``encoders``, ``frames`` and ``arguments`` need only the standard
+library (and Pillow), so they load where python-xlib is not installed.
 """
