@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox.agent.child import Child
 from sandbox.agent.errors import AgentError, bad_request, require
 from sandbox.agent.plain_command import direct_argv
 from sandbox.agent.process_tree import kill_descendants, kill_group, kill_group_fully
@@ -120,13 +121,6 @@ def _exit_code(returncode: int | None) -> int | None:
     return 128 - returncode if returncode < 0 else returncode
 
 
-async def _drain(stream: asyncio.StreamReader | None, sink: _Output) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(1 << 16):
-        sink.add(chunk)
-
-
 class Shell:
     def __init__(self, *, default_cwd: str, logger: logging.Logger) -> None:
         self._default_cwd = default_cwd
@@ -180,91 +174,39 @@ class Shell:
         direct = direct_argv(req.command) if isinstance(req.command, str) else None
         shell_argv = ["bash", "-c", req.command] if isinstance(req.command, str) else req.command
         env = {**os.environ, **req.env}
-        # Our own pipes, not asyncio's: Process.wait() also waits for asyncio's pipes to close, and
-        # a background child (`xterm &`) holds them open, so wait() would last until the timeout.
-        async with _OutputPipe() as stdout_pipe, _OutputPipe() as stderr_pipe:
+        out, err = _Output(req.max_output), _Output(req.max_output)
 
-            async def spawn(argv: list[str]) -> asyncio.subprocess.Process:
-                return await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-                    stdout=stdout_pipe.write_fd,
-                    stderr=stderr_pipe.write_fd,
-                    cwd=req.cwd or self._default_cwd,
-                    env=env,
-                    start_new_session=True,
-                )
+        def spawn(argv: list[str]) -> Child:
+            cwd = req.cwd or self._default_cwd
+            return Child.start(argv, stdin=bool(stdin), cwd=cwd, env=env, sinks=(out, err))
 
-            proc = None
-            if direct is not None:
-                with contextlib.suppress(OSError):  # bash will say why, in its own words
-                    proc = await spawn(direct)
+        child = None
+        if direct is not None:
+            with contextlib.suppress(OSError):  # bash will say why, in its own words
+                child = spawn(direct)
+        try:
+            child = child or spawn(shell_argv)
+        except FileNotFoundError as e:
+            raise AgentError(ErrorCode.NOT_FOUND, f"cannot run {shell_argv[0]!r} (or cwd missing): {e}") from e
+        except OSError as e:
+            raise AgentError(ErrorCode.BAD_REQUEST, f"cannot start {shell_argv[0]!r}: {e}") from e
+        timed_out = False
+        try:
             try:
-                proc = proc or await spawn(shell_argv)
-            except FileNotFoundError as e:
-                raise AgentError(ErrorCode.NOT_FOUND, f"cannot run {shell_argv[0]!r} (or cwd missing): {e}") from e
-            except OSError as e:
-                raise AgentError(ErrorCode.BAD_REQUEST, f"cannot start {shell_argv[0]!r}: {e}") from e
-            stdout_pipe.close_write_end()
-            stderr_pipe.close_write_end()
-            out, err = _Output(req.max_output), _Output(req.max_output)
-            readers = asyncio.gather(_drain(stdout_pipe.reader, out), _drain(stderr_pipe.reader, err))
-            timed_out = False
-            try:
-                if stdin and proc.stdin is not None:
-                    proc.stdin.write(stdin)
-                    with contextlib.suppress(ConnectionError):
-                        await proc.stdin.drain()
-                    proc.stdin.close()
-                try:
-                    await asyncio.wait_for(proc.wait(), req.timeout)
-                except TimeoutError:
-                    timed_out = True
-                if timed_out or not req.keep_background:
-                    # What the command left running in its group dies with it, unless asked otherwise.
-                    await kill_group_fully(proc.pid)
-                await proc.wait()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(readers), PIPE_GRACE_SECONDS)
-            finally:
-                if proc.returncode is None:  # cancelled by the request's deadline
-                    kill_group(proc.pid)
-                readers.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await readers
-        return _result(_exit_code(proc.returncode), timed_out, out, err, started)
-
-
-class _OutputPipe:
-    """A pipe whose write end a child inherits and whose read end this process reads asynchronously.
-
-    Closing it drops the read end: a background child still writing then gets EPIPE, as after
-    `nohup`-less logout, and what it writes later is not collected.
-    """
-
-    def __init__(self) -> None:
-        read_fd, self.write_fd = os.pipe()
-        self._read_file = os.fdopen(read_fd, "rb", buffering=0)
-        self.reader = asyncio.StreamReader(limit=1 << 20)
-        self._transport: asyncio.BaseTransport | None = None
-
-    async def __aenter__(self) -> _OutputPipe:
-        loop = asyncio.get_running_loop()
-        protocol = asyncio.StreamReaderProtocol(self.reader)
-        self._transport, _ = await loop.connect_read_pipe(lambda: protocol, self._read_file)
-        return self
-
-    def close_write_end(self) -> None:
-        if self.write_fd >= 0:
-            os.close(self.write_fd)
-            self.write_fd = -1
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close_write_end()
-        if self._transport is not None:
-            self._transport.close()
-        else:
-            self._read_file.close()
+                await asyncio.wait_for(child.run(stdin), req.timeout)
+            except TimeoutError:
+                timed_out = True
+            if timed_out or not req.keep_background:
+                # What the command left running in its group dies with it, unless asked otherwise.
+                await kill_group_fully(child.pid)
+            await child.exited()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(child.drained(), PIPE_GRACE_SECONDS)
+        finally:
+            if child.returncode is None:  # cancelled by the request's deadline
+                kill_group(child.pid)
+            child.close()
+        return _result(_exit_code(child.returncode), timed_out, out, err, started)
 
 
 class _Session:
