@@ -17,7 +17,8 @@ from bench.stats import Summary, speedup
 from sandbox.client import AsyncSandbox
 
 NAME = "reset"
-TARGET_S = {"terminal": 0.150, "desktop": 0.300}
+TARGET_S = {"terminal": ("p50", 0.150), "desktop": ("p99", 0.050)}
+"""Per kind: the percentile held to a bound (a desktop's reset is bounded at p99, as rollouts wait on the slowest)."""
 WARM = 1
 BASELINE = {"terminal": "docker rm -f + run → exec true", "desktop": "docker rm -f + run → WM up"}
 
@@ -66,10 +67,11 @@ async def run(bench: Bench) -> SectionResult:
     counts = {"terminal": bench.options.reset_samples, "desktop": bench.options.reset_desktop_samples}
     rows, details = [], {}
     async with bench.platform("reset", {"lifecycle": {"tick_s": 0.1}}) as platform:
-        for kind, limit in TARGET_S.items():
+        for kind, (percentile, limit) in TARGET_S.items():
             ours, docker, fast = await _measure(bench, platform, kind, counts[kind])
             our, base = Summary.of(ours), Summary.of(docker)
-            target = Target(f"p50 ≤ {limit * 1000:.0f} ms", our.p50 <= limit)
+            measured = our.p99 if percentile == "p99" else our.p50
+            target = Target(f"{percentile} ≤ {limit * 1000:.0f} ms", measured <= limit)
             note = f"warm replica used {fast}/{counts[kind] + 1}"
             ratio = speedup(base.p50, our.p50)
             rows.append(Row(NAME, f"{kind} to a snapshot", our, base, BASELINE[kind], ratio, target, note))
