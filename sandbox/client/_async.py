@@ -273,14 +273,22 @@ class AsyncStepStream:
         request = _ops.step_request(self._sandbox.id, action, screenshot=screenshot)
         client = self._sandbox._client
         async with self._lock:  # one step in flight: responses pair with requests in order
-            if self._call is None:
+            if self._call is None or self._call.done():  # never opened, or ended (a server gone meanwhile)
                 self._call = client._stub().StepStream(metadata=client._metadata)
+            call = self._call
             try:
-                await self._call.write(request)
-                reply = await self._call.read()
-            except grpc.RpcError as e:
-                raise _ops.rpc_error(e, client.target) from e
+                await call.write(request)
+                reply = await call.read()
+            except BaseException as e:
+                # Given up midway (cancelled, timed out) or failed: which replies are still to come is unknown, so
+                # this stream is done; the next step opens another.
+                self._call = None
+                call.cancel()
+                if isinstance(e, grpc.RpcError):
+                    raise _ops.rpc_error(e, client.target) from e
+                raise
         if reply is grpc.aio.EOF:
+            self._call = None
             raise Unavailable("the step stream ended before answering")
         return _ops.step_result(reply)
 

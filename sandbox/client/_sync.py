@@ -260,23 +260,36 @@ class StepStream:
         self._requests: queue.SimpleQueue[pb.StepRequest | None] = queue.SimpleQueue()
         self._responses: Any = None
 
-    def _pending(self) -> Iterator[pb.StepRequest]:
-        while (request := self._requests.get()) is not None:
+    @staticmethod
+    def _pending(requests: queue.SimpleQueue[pb.StepRequest | None]) -> Iterator[pb.StepRequest]:
+        while (request := requests.get()) is not None:
             yield request
 
     def step(self, action: Action | Mapping[str, Any] | str, *, screenshot: bool = False) -> Observation:
         request = _ops.step_request(self._sandbox.id, action, screenshot=screenshot)
         client = self._sandbox._client
-        if self._responses is None:
-            self._responses = client._stub.StepStream(self._pending(), metadata=client._metadata)
+        if self._responses is None or self._responses.done():  # never opened, or ended (a server gone meanwhile)
+            self._drop()
+            self._requests = queue.SimpleQueue()  # each stream its own: nothing meant for an old one is sent
+            self._responses = client._stub.StepStream(self._pending(self._requests), metadata=client._metadata)
         self._requests.put(request)
         try:
             reply = next(self._responses)
-        except StopIteration:
-            raise Unavailable("the step stream ended before answering") from None
-        except grpc.RpcError as e:
-            raise _ops.rpc_error(e, client.target) from e
+        except BaseException as e:
+            # Failed or interrupted midway: which replies are still to come is unknown, so this stream is done.
+            self._drop()
+            if isinstance(e, StopIteration):
+                raise Unavailable("the step stream ended before answering") from None
+            if isinstance(e, grpc.RpcError):
+                raise _ops.rpc_error(e, client.target) from e
+            raise
         return _ops.step_result(reply)
+
+    def _drop(self) -> None:
+        responses, self._responses = self._responses, None
+        if responses is not None:
+            self._requests.put(None)
+            responses.cancel()
 
     def close(self) -> None:
         """End the stream (the server finishes the steps it has)."""

@@ -139,6 +139,15 @@ async def test_step_stream(sandbox: AsyncSandbox) -> None:
         assert obs.exec is not None and obs.exec.stdout == "still here\n"
 
 
+async def test_a_step_given_up_midway_does_not_shift_the_stream_s_later_replies(sandbox: AsyncSandbox) -> None:
+    async with sandbox.step_stream() as stream:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(stream.step({"type": "exec", "cmd": "sleep 0.5; echo late"}), 0.1)
+        for word in ("next", "and the next"):
+            obs = await stream.step({"type": "exec", "cmd": f"echo {word}"})
+            assert obs.exec is not None and obs.exec.stdout == f"{word}\n"
+
+
 async def test_step_stream_with_a_bad_token_is_unauthenticated(target: str, sandbox: AsyncSandbox) -> None:
     async with AsyncClient(target, token="not-a-valid-token-at-all") as client:
         handle = AsyncSandbox(client, sandbox.info)
