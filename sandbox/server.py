@@ -115,6 +115,7 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
 
     from sandbox.api.grpc_server import start_grpc_server
     from sandbox.api.rest import create_app
+    from sandbox.api.step_streams import StepStreams
     from sandbox.service.preview import PreviewLinks, http_base_url
     from sandbox.service.tickets import TicketIssuer, shared_ticket_secret
 
@@ -140,8 +141,9 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
     tickets = TicketIssuer(await shared_ticket_secret(store))
     # gRPC mints preview URLs with the REST proxy's ticket issuer, on the HTTP address callers reach.
     preview = PreviewLinks(tickets, settings.public_url or http_base_url(host, settings.http_port))
+    step_streams = StepStreams()
     grpc_server = await start_grpc_server(
-        service, tokens, host=host, port=settings.grpc_port, logger=logger, preview=preview
+        service, tokens, host=host, port=settings.grpc_port, logger=logger, preview=preview, step_streams=step_streams
     )
     app = create_app(service, tokens, logger=logger, tickets=tickets, public_url=settings.public_url)
     # log_config=None: uvicorn's records go through our handler (JSON or text), not a format of its own.
@@ -177,6 +179,7 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
         await asyncio.wait([http_task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     finally:
         http_server.should_exit = True
+        step_streams.end()
         await grpc_server.stop(grace=5)
         with contextlib.suppress(asyncio.CancelledError):
             await http_task

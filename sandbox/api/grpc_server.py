@@ -23,6 +23,7 @@ import grpc
 
 from sandbox.api.grpc_decoding import DecodeWarnings, Undecodable, add_tolerant_servicer
 from sandbox.api.grpc_probes import add_probes, follow_readiness
+from sandbox.api.step_streams import StepStreams
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.service.preview import PreviewLinks, port_url
@@ -67,8 +68,10 @@ class SandboxServicer:
         tokens: TokenRegistry,
         logger: logging.Logger,
         preview: PreviewLinks | None = None,
+        step_streams: StepStreams | None = None,
     ) -> None:
         self._service = service
+        self._streams = step_streams or StepStreams()
         self._tokens = tokens
         self._log = logger
         self._preview = preview or PreviewLinks()
@@ -204,7 +207,8 @@ class SandboxServicer:
         except SandboxError as e:
             await context.abort(*self._status(e, "StepStream"))
             return
-        async for request in requests:
+        pending = aiter(requests)
+        while (request := await self._streams.next_request(pending)) is not None:
             try:
                 response = await self._step(principal, self._parsed("StepStream", request))
             except Exception as e:
@@ -346,9 +350,11 @@ async def bind_grpc_server(
     port: int,
     logger: logging.Logger,
     preview: PreviewLinks | None = None,
+    step_streams: StepStreams | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving on ``host:port`` (``port=0``: any free port); the server and the port it got. ``preview``: the
-    ticket issuer and HTTP address of preview URLs (share its issuer with the REST app's, so the tickets open)."""
+    ticket issuer and HTTP address of preview URLs (share its issuer with the REST app's, so the tickets open).
+    ``step_streams``: call its ``end()`` before stopping the server, so idle step streams do not hold the stop."""
     server = grpc.aio.server(
         options=[
             *MESSAGE_SIZE_OPTIONS,
@@ -356,7 +362,9 @@ async def bind_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    servicer = SandboxServicer(service=service, tokens=tokens, logger=logger, preview=preview)
+    servicer = SandboxServicer(
+        service=service, tokens=tokens, logger=logger, preview=preview, step_streams=step_streams
+    )
     add_tolerant_servicer(servicer, server, pb_grpc.add_SandboxServiceServicer_to_server)
     health = add_probes(server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -385,7 +393,10 @@ async def start_grpc_server(
     port: int,
     logger: logging.Logger,
     preview: PreviewLinks | None = None,
+    step_streams: StepStreams | None = None,
 ) -> grpc.aio.Server:
     """Bind ``host:port`` and start serving the API; raises :class:`InvalidArgument` if the port is taken."""
-    server, _ = await bind_grpc_server(service, tokens, host=host, port=port, logger=logger, preview=preview)
+    server, _ = await bind_grpc_server(
+        service, tokens, host=host, port=port, logger=logger, preview=preview, step_streams=step_streams
+    )
     return server

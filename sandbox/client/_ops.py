@@ -213,8 +213,16 @@ def step_request(
     sandbox_id: str, action: models.Action | Mapping[str, Any] | str, *, screenshot: bool
 ) -> pb.StepRequest:
     """Validates ``action`` here, before it goes anywhere: bad input fails fast, naming the field."""
+    return checked_step(sandbox_id, action, screenshot=screenshot)[0]
+
+
+def checked_step(
+    sandbox_id: str, action: models.Action | Mapping[str, Any] | str, *, screenshot: bool
+) -> tuple[pb.StepRequest, float]:
+    """The request for ``action`` (validated first) and the least deadline the step needs."""
     checked = convert.validate_action(action)
-    return pb.StepRequest(sandbox_id=sandbox_id, action=convert.action_to_proto(checked), screenshot=screenshot)
+    request = pb.StepRequest(sandbox_id=sandbox_id, action=convert.action_to_proto(checked), screenshot=screenshot)
+    return request, _action_budget(checked)
 
 
 def step_result(reply: pb.StepResponse) -> models.Observation:
@@ -226,9 +234,8 @@ def step_result(reply: pb.StepResponse) -> models.Observation:
 def step(
     sandbox_id: str, action: models.Action | Mapping[str, Any] | str, *, screenshot: bool
 ) -> Op[models.Observation]:
-    checked = convert.validate_action(action)
-    request = pb.StepRequest(sandbox_id=sandbox_id, action=convert.action_to_proto(checked), screenshot=screenshot)
-    reply = yield Call("Step", request, min_timeout=_action_budget(checked))
+    request, budget = checked_step(sandbox_id, action, screenshot=screenshot)
+    reply = yield Call("Step", request, min_timeout=budget)
     return step_result(reply)
 
 

@@ -18,14 +18,15 @@ import pytest
 import pytest_asyncio
 
 from sandbox.api.grpc_server import bind_grpc_server, start_grpc_server
+from sandbox.api.step_streams import StepStreams
 from sandbox.client import AsyncClient, AsyncSandbox, Client, _ops
-from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
+from sandbox.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
 from sandbox.gym import SandboxEnv
 from sandbox.models import Action, Exec, Observation, SandboxKind, SandboxState
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
-from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER
+from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER, TOKENS
 
 ALPHA, BETA, ADMIN = ALPHA_TOKEN, BETA_TOKEN, ADMIN_TOKEN
 
@@ -146,6 +147,56 @@ async def test_a_step_given_up_midway_does_not_shift_the_stream_s_later_replies(
         for word in ("next", "and the next"):
             obs = await stream.step({"type": "exec", "cmd": f"echo {word}"})
             assert obs.exec is not None and obs.exec.stdout == f"{word}\n"
+
+
+async def test_a_handle_s_steps_given_up_midway_or_made_at_once_each_get_their_own_reply(sandbox: AsyncSandbox) -> None:
+    with pytest.raises(TimeoutError):  # given up on the handle's own stream
+        await asyncio.wait_for(sandbox.step({"type": "exec", "cmd": "sleep 0.5; echo late"}), 0.1)
+    assert (await sandbox.step({"type": "exec", "cmd": "echo next"})).exec.stdout == "next\n"  # type: ignore[union-attr]
+    finished: list[str] = []
+
+    async def step(cmd: str, name: str) -> Observation:
+        obs = await sandbox.step({"type": "exec", "cmd": cmd})
+        finished.append(name)
+        return obs
+
+    slow, quick = await asyncio.gather(
+        step("sleep 0.4; echo slow", "slow"),
+        step("echo quick", "quick"),  # the handle's stream is busy: this one goes as a call of its own
+    )
+    assert slow.exec is not None and slow.exec.stdout == "slow\n"
+    assert quick.exec is not None and quick.exec.stdout == "quick\n"
+    assert finished == ["quick", "slow"], "the two ran side by side, not one after the other"
+
+
+async def test_a_step_on_the_handle_s_stream_waits_no_longer_than_its_deadline(sandbox: AsyncSandbox) -> None:
+    # The deadline a unary Step would get (the client's timeout, or the action's own budget if longer).
+    slow = _ops.step_request(sandbox.id, {"type": "exec", "cmd": "sleep 1.5"}, screenshot=False)
+    with pytest.raises(DeadlineExceeded, match=r"within 0\.2 s"):
+        await sandbox._steps._exchange(slow, 0.2)
+    assert (await sandbox.step({"type": "exec", "cmd": "echo after"})).exec.stdout == "after\n"  # type: ignore[union-attr]
+
+
+async def test_a_stopping_server_ends_idle_step_streams_and_the_sdk_opens_new_ones(
+    service: SandboxService, sandbox: AsyncSandbox
+) -> None:
+    streams = StepStreams()
+    tokens = TokenRegistry.from_mapping(TOKENS)
+    server, port = await bind_grpc_server(
+        service, tokens, host="127.0.0.1", port=0, logger=LOGGER, step_streams=streams
+    )
+    async with AsyncClient(f"127.0.0.1:{port}", token=ALPHA) as client:
+        handle = AsyncSandbox(client, sandbox.info)
+        assert (await handle.step({"type": "exec", "cmd": "echo one"})).exec.stdout == "one\n"  # type: ignore[union-attr]
+        started = asyncio.get_running_loop().time()
+        streams.end()
+        await server.stop(grace=30)  # the handle's stream is open and idle: it must not hold the stop
+        assert asyncio.get_running_loop().time() - started < 10
+        server, _ = await bind_grpc_server(service, tokens, host="127.0.0.1", port=port, logger=LOGGER)
+        try:
+            assert (await handle.step({"type": "exec", "cmd": "echo two"})).exec.stdout == "two\n"  # type: ignore[union-attr]
+        finally:
+            await server.stop(None)
 
 
 async def test_step_stream_with_a_bad_token_is_unauthenticated(target: str, sandbox: AsyncSandbox) -> None:
