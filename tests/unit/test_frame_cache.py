@@ -6,16 +6,14 @@ import asyncio
 import io
 import random
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from PIL import Image, ImageDraw
 
-from sandbox.agent.display.frames import FrameCache, Take
-
-Capture = Callable[[Take], Awaitable[Any]]
+from sandbox.agent.display.frames import Capture, FrameCache, Take
 
 WIDTH, HEIGHT = 200, 150  # 150 rows in bands of 32: four whole bands and one of 22 rows
 
@@ -38,12 +36,18 @@ def _screen(seed: int, size: tuple[int, int] = (WIDTH, HEIGHT)) -> Image.Image:
     return image
 
 
-def _bgrx(image: Image.Image) -> Capture:
-    """A capture of ``image`` as the X thread hands it over: writable BGRX pixels."""
+def _bgrx(image: Image.Image, rows: tuple[int, int] | None = None, asked: list[bool] | None = None) -> Capture:
+    """A capture of ``image`` as the X thread hands it over: writable BGRX pixels, ``rows`` of them copied afresh
+    (all of them unless given, and whenever the cache asks for the whole screen). Records in ``asked`` whether it
+    did."""
     pixels = bytearray(image.convert("RGBX").tobytes("raw", "BGRX"))
 
-    async def capture(take: Take) -> Any:
-        return take(memoryview(pixels), image.width, image.height)
+    async def capture(take: Take, *, whole: bool, align: int) -> Any:
+        assert align == 32
+        if asked is not None:
+            asked.append(whole)
+        fresh = (0, image.height) if whole or rows is None else rows
+        return take(memoryview(pixels), image.width, image.height, fresh)
 
     return capture
 
@@ -137,11 +141,11 @@ async def test_a_take_left_over_from_a_cancelled_frame_touches_no_later_frame(po
     def late_take(take: Take) -> Any:
         started.set()
         release.wait(10)
-        return take(memoryview(late_pixels), WIDTH, HEIGHT)
+        return take(memoryview(late_pixels), WIDTH, HEIGHT, (0, HEIGHT))
 
     with ThreadPoolExecutor(max_workers=1) as x_thread:
 
-        async def slow_capture(take: Take) -> Any:
+        async def slow_capture(take: Take, *, whole: bool, align: int) -> Any:
             jobs.append(x_thread.submit(late_take, take))
             return await asyncio.wrap_future(jobs[0])
 
@@ -161,7 +165,9 @@ async def test_a_take_left_over_from_a_cancelled_frame_touches_no_later_frame(po
 
 async def test_a_frame_cut_wrong_is_refused(pool: ThreadPoolExecutor) -> None:
     with pytest.raises(ValueError, match="a 200x150 BGRX frame has 120000 bytes, not 4"):
-        await FrameCache(pool).png(lambda take: _async(take(memoryview(bytearray(4)), WIDTH, HEIGHT)))
+        await FrameCache(pool).png(
+            lambda take, whole, align: _async(take(memoryview(bytearray(4)), WIDTH, HEIGHT, (0, HEIGHT)))
+        )
 
 
 async def test_many_changed_bands_spread_over_the_pool_and_still_decode(pool: ThreadPoolExecutor) -> None:
@@ -190,3 +196,43 @@ async def test_scattered_changes_in_many_bands_reuse_the_rest_and_decode(pool: T
     encoded = await cache.png(_bgrx(changed))
     assert (encoded.bands, encoded.reused) == (13, 6)
     assert _decoded(encoded.png).tobytes() == changed.tobytes()
+
+
+async def test_only_the_rows_copied_afresh_are_compared(pool: ThreadPoolExecutor) -> None:
+    """With the X server's damage, a capture copies only the rows drawn on: the others are the last frame's."""
+    cache = FrameCache(pool)
+    before = _screen(12)
+    await cache.png(_bgrx(before))
+    after = before.copy()
+    draw = ImageDraw.Draw(after)
+    draw.rectangle((10, 70, 40, 80), fill=(255, 0, 255))  # in the third band, among the rows copied
+    draw.rectangle((10, 5, 40, 10), fill=(0, 255, 0))  # in the first band, which the capture says it left alone
+    encoded = await cache.png(_bgrx(after, rows=(64, 96)))
+    assert encoded.reused == encoded.bands - 1
+    expected = before.copy()
+    ImageDraw.Draw(expected).rectangle((10, 70, 40, 80), fill=(255, 0, 255))
+    assert _decoded(encoded.png).tobytes() == expected.tobytes()
+    nothing = await cache.png(_bgrx(after, rows=(0, 0)))
+    assert nothing.reused == nothing.bands and nothing.png == encoded.png
+
+
+async def test_the_whole_screen_is_asked_for_until_there_is_a_last_frame(pool: ThreadPoolExecutor) -> None:
+    cache = FrameCache(pool)
+    asked: list[bool] = []
+    screen = _screen(13)
+    await cache.png(_bgrx(screen, rows=(0, 0), asked=asked))
+    await cache.png(_bgrx(screen, rows=(0, 0), asked=asked))
+    assert asked == [True, False]
+    cache.forget()
+    encoded = await cache.png(_bgrx(screen, rows=(0, 0), asked=asked))
+    assert asked == [True, False, True]
+    assert _decoded(encoded.png).tobytes() == screen.tobytes()
+
+
+async def test_a_first_frame_of_some_rows_only_is_refused(pool: ThreadPoolExecutor) -> None:
+    async def partial(take: Take, *, whole: bool, align: int) -> Any:
+        pixels = memoryview(bytearray(WIDTH * HEIGHT * 4))
+        return take(pixels, WIDTH, HEIGHT, (32, 64))
+
+    with pytest.raises(ValueError, match="needs all of its rows"):
+        await FrameCache(pool).png(partial)

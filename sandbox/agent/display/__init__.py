@@ -8,6 +8,7 @@
 - ``encoders``: PNG (parallel deflate bands) and JPEG encoding of captured frames.
 - ``frames``: the full-screen PNG's band cache: only the bands whose pixels changed are deflated again.
 - ``xshm``: MIT-SHM capture through a shared-memory segment.
+- ``damage``: the rows of the screen drawn on since the last capture (X DAMAGE), so a capture copies only those.
 - ``arguments``: bounded integer and screen-coordinate arguments.
 
 Nothing is imported here: ``keysyms``, ``keymap``, ``encoders``, ``frames`` and ``arguments`` need only the standard

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import cast
+from typing import Protocol, cast
 
 from PIL import Image
 
@@ -70,8 +70,17 @@ class Taken:
     """The changed bands' deflated bytes, when they were few enough to deflate on the capture thread."""
 
 
-Take = Callable[[memoryview, int, int], Taken]
-"""Called on the capture thread with the screen's BGRX pixels (a writable buffer), its width and its height."""
+Take = Callable[[memoryview, int, int, tuple[int, int]], Taken]
+"""Called on the capture thread with the screen's BGRX pixels (a writable buffer), its width, its height, and the
+rows ``[top, bottom)`` copied afresh (the others are assumed unchanged since the last frame)."""
+
+
+class Capture(Protocol):
+    def __call__(self, take: Take, *, whole: bool, align: int) -> Awaitable[Taken]:
+        """Grab the screen (all of it if ``whole``, else at least the rows drawn on since the last grab, widened to
+        multiples of ``align``) and return ``take(...)`` called on the thread that owns the pixels, before anything
+        overwrites them."""
+        ...
 
 
 class FrameCache:
@@ -82,12 +91,12 @@ class FrameCache:
         self._kept: _Kept | None = None
         self._lock = asyncio.Lock()  # one frame at a time compares with, and replaces, the last one
 
-    async def png(self, capture: Callable[[Take], Awaitable[Taken]]) -> Encoded:
-        """The PNG of the screen. ``capture(take)`` grabs the screen and returns ``take(pixels, width, height)``
-        called on the thread that owns the pixels, before anything overwrites them."""
+    async def png(self, capture: Capture) -> Encoded:
+        """The PNG of the screen, from the rows ``capture`` copied and the last frame's others."""
         async with self._lock:
             try:
-                taken = await capture(partial(_take, self._kept, self._band_rows))
+                take = partial(_take, self._kept, self._band_rows)
+                taken = await capture(take, whole=self._kept is None, align=self._band_rows)
                 kept, changed, done = taken.kept, taken.changed, taken.deflated
                 if done is None:
                     done = await self._spread(kept, changed)
@@ -112,20 +121,26 @@ class FrameCache:
         return [band for bands in deflated for band in bands]
 
 
-def _take(kept: _Kept | None, band_rows: int, pixels: memoryview, width: int, height: int) -> Taken:
-    """``pixels`` compared band by band with ``kept``'s and the changed bands copied into it (a whole new buffer
-    when there is none of this size); a few changed bands are deflated here too."""
+def _take(
+    kept: _Kept | None, band_rows: int, pixels: memoryview, width: int, height: int, rows: tuple[int, int]
+) -> Taken:
+    """The bands of ``pixels`` among ``rows`` compared with ``kept``'s and the changed ones copied into it (a whole
+    new buffer when there is none of this size); a few changed bands are deflated here too."""
     expected = width * height * BYTES_PER_PIXEL
     if len(pixels) != expected:
         raise ValueError(f"a {width}x{height} BGRX frame has {expected} bytes, not {len(pixels)}")
     if kept is None or (kept.width, kept.height) != (width, height):
+        if rows != (0, height):
+            raise ValueError(f"a first {width}x{height} frame needs all of its rows, not {rows}")
         fresh = _Kept(width, height, band_rows, bytearray(pixels))
         fresh.bands = [(b"", 1, 0)] * len(fresh.spans())
         return Taken(fresh, list(range(len(fresh.bands))), None)
     source = ctypes.addressof(ctypes.c_char.from_buffer(pixels))
     target = ctypes.addressof(ctypes.c_char.from_buffer(kept.pixels))
+    spans = kept.spans()
     changed = []
-    for index, (offset, length) in enumerate(kept.spans()):
+    for index in range(rows[0] // band_rows, min(len(spans), -(-rows[1] // band_rows))):
+        offset, length = spans[index]
         if _libc.memcmp(source + offset, target + offset, length) != 0:
             ctypes.memmove(target + offset, source + offset, length)
             changed.append(index)

@@ -60,9 +60,9 @@ class Display:
     async def _screen_png(self, started: float) -> tuple[dict[str, Any], bytes]:
         captured = started
 
-        async def capture(take: Take) -> Taken:
+        async def capture(take: Take, *, whole: bool, align: int) -> Taken:
             nonlocal captured
-            taken = await self._call(lambda s: take(*s.screen_pixels()))
+            taken = await self._call(lambda s: take(*s.screen_pixels(whole=whole, align=align)))
             captured = time.perf_counter()
             return taken
 

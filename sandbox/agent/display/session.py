@@ -21,6 +21,7 @@ from Xlib.protocol import event as xevent
 from Xlib.xobject.drawable import Window as XWindow
 
 from sandbox.agent.display.arguments import coordinate, int_arg
+from sandbox.agent.display.damage import ScreenDamage
 from sandbox.agent.display.keymap import Keymap
 from sandbox.agent.display.xshm import SharedMemory
 from sandbox.agent.errors import AgentError, bad_request
@@ -61,15 +62,19 @@ class XSession:
             self._atoms = {name: self.d.intern_atom(name) for name in ("WM_PROTOCOLS", "_NET_WM_PING")}
             self._ping_serial = 0
             self.shm = SharedMemory.attach(self.d, self.width * self.height * 4)
+            # Without shared memory a capture streams the pixels through the socket: the whole screen each time.
+            self.damage = ScreenDamage.track(self.d, self.root, self.height) if self.shm else None
         except BaseException:
             with suppress(Exception):
                 self.d.close()
             raise
-        self.capture_method = "MIT-SHM" if self.shm else "GetImage"
+        self.capture_method = ("MIT-SHM, drawn rows only" if self.damage else "MIT-SHM") if self.shm else "GetImage"
 
     def close(self) -> None:
         with suppress(Exception):
             self.keymap.give_back(self.d)
+        if self.damage is not None:
+            self.damage.close()
         if self.shm is not None:
             self.shm.detach(self.d)
         with suppress(Exception):
@@ -91,13 +96,22 @@ class XSession:
         # Decoding BGRX copies the pixels, so the shared segment is free for the next capture.
         return Image.frombuffer("RGB", (w, h), raw, "raw", "BGRX", 0, 1)
 
-    def screen_pixels(self) -> tuple[memoryview, int, int]:
-        """The whole screen's BGRX pixels, writable, valid until the next capture; its width and height."""
-        if self.shm is not None:
-            pixels = memoryview(self.shm.get_image(self.d, self.root, 0, 0, self.width, self.height)).cast("B")
-            return pixels, self.width, self.height
-        data = self.root.get_image(0, 0, self.width, self.height, X.ZPixmap, 0xFFFFFFFF).data
-        return memoryview(bytearray(data)), self.width, self.height
+    def screen_pixels(self, *, whole: bool = True, align: int = 1) -> tuple[memoryview, int, int, tuple[int, int]]:
+        """The screen's BGRX pixels, writable, valid until the next capture; its width, its height, and the rows
+        ``[top, bottom)`` copied afresh. Unless ``whole`` is asked for, only the rows drawn on since the last call
+        are copied (widened to multiples of ``align``): the others hold what an earlier capture left there."""
+        if self.shm is None:
+            data = self.root.get_image(0, 0, self.width, self.height, X.ZPixmap, 0xFFFFFFFF).data
+            return memoryview(bytearray(data)), self.width, self.height, (0, self.height)
+        top, bottom = self.damage.take() if self.damage is not None else (0, self.height)
+        if whole:
+            top, bottom = 0, self.height
+        elif bottom > top:
+            top, bottom = top // align * align, min(self.height, -(-bottom // align) * align)
+        if bottom > top:
+            stride = self.width * 4
+            self.shm.get_image(self.d, self.root, 0, top, self.width, bottom - top, offset=top * stride)
+        return memoryview(self.shm.buffer()).cast("B"), self.width, self.height, (top, bottom)
 
     def cursor(self) -> tuple[int, int]:
         pointer = self.root.query_pointer()

@@ -100,7 +100,8 @@ class SharedMemory:
             return None
         return cls(opcode, segment, address, size)
 
-    def get_image(self, d: Any, drawable: Any, x: int, y: int, width: int, height: int) -> Any:
+    def get_image(self, d: Any, drawable: Any, x: int, y: int, width: int, height: int, *, offset: int = 0) -> Any:
+        """The pixels of the rectangle, which the server wrote into the segment at ``offset``."""
         reply = _ShmGetImage(
             display=d.display,
             opcode=self._opcode,
@@ -112,9 +113,13 @@ class SharedMemory:
             plane_mask=0xFFFFFFFF,
             format=X.ZPixmap,
             shmseg=self._segment,
-            offset=0,
+            offset=offset,
         )
-        return (ctypes.c_char * reply.size).from_address(self._address)
+        return (ctypes.c_char * reply.size).from_address(self._address + offset)
+
+    def buffer(self) -> Any:
+        """The whole segment, writable."""
+        return (ctypes.c_char * self._size).from_address(self._address)
 
     def detach(self, d: Any) -> None:
         with suppress(Exception):

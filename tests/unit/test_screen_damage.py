@@ -1,0 +1,163 @@
+"""Screenshots copy only the rows the X server says were drawn on, and still show exactly the screen.
+
+Against a real Xvfb (Debian's ``xvfb``, which ``make setup`` installs): another X client draws in every way a
+desktop does (on the root window, windows mapped, moved, drawn into, unmapped, the whole background changed), and
+after each the agent's screenshot, built from the rows it copied and the last frame's others, must equal a capture
+of the whole screen taken afresh through the region path."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import random
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from PIL import Image
+from Xlib import X
+from Xlib import display as xdisplay
+
+from sandbox.agent.display.service import Display
+
+WIDTH, HEIGHT = 640, 480  # 15 bands of 32 rows
+
+
+@pytest.fixture
+def xvfb() -> Iterator[str]:
+    read, write = os.pipe()
+    server = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{WIDTH}x{HEIGHT}x24", "-nolisten", "tcp"],
+        pass_fds=(write,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write)
+    try:
+        with os.fdopen(read) as announced:
+            number = announced.readline().strip()
+        assert number.isdigit(), f"Xvfb did not start (exit code {server.poll()})"
+        yield f":{number}"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@pytest.fixture
+async def display(xvfb: str) -> AsyncIterator[Display]:
+    shown = Display(xvfb, logger=logging.getLogger("test.display"))
+    try:
+        yield shown
+    finally:
+        shown.close()
+
+
+@pytest.fixture
+def painter(xvfb: str) -> Iterator[Any]:
+    """Another X client, as a desktop's programs are."""
+    d = xdisplay.Display(xvfb)
+    try:
+        yield d
+    finally:
+        d.close()
+
+
+async def _cached(display: Display) -> tuple[dict[str, Any], bytes]:
+    meta, data = await display.screenshot({"format": "png"})
+    return meta, _pixels(data)
+
+
+async def _afresh(display: Display) -> bytes:
+    whole = {"x": 0, "y": 0, "width": WIDTH, "height": HEIGHT}
+    _, data = await display.screenshot({"format": "png", "region": whole})
+    return _pixels(data)
+
+
+def _pixels(png: bytes) -> bytes:
+    with Image.open(io.BytesIO(png)) as image:
+        return image.convert("RGB").tobytes()
+
+
+def _fill(d: Any, drawable: Any, colour: int, x: int, y: int, w: int, h: int) -> None:
+    gc = drawable.create_gc(foreground=colour)
+    drawable.fill_rectangle(gc, x, y, w, h)
+    gc.free()
+
+
+async def test_the_capture_uses_the_servers_damage(display: Display) -> None:
+    checked = await display.check()
+    assert checked["ok"] and "drawn rows only" in checked["detail"], checked
+
+
+async def test_each_way_of_drawing_shows_in_the_next_screenshot(display: Display, painter: Any) -> None:
+    root = painter.screen().root
+    meta, first = await _cached(display)
+    assert first == await _afresh(display) and meta["bands_reused"] == 0
+    meta, _ = await _cached(display)
+    assert meta["bands_reused"] == meta["bands"] == HEIGHT // 32, "nothing was drawn"
+
+    window = root.create_window(100, 100, 200, 90, 0, X.CopyFromParent, background_pixel=0x2060A0)
+    steps: list[tuple[str, Callable[[], None], int]] = [
+        ("a rectangle on the root window", lambda: _fill(painter, root, 0xFF00FF, 10, 40, 30, 10), 1),
+        ("the last rows of the screen", lambda: _fill(painter, root, 0x00FF00, 500, HEIGHT - 3, 60, 3), 1),
+        ("a window mapped", window.map, 4),
+        ("drawn into that window", lambda: _fill(painter, window, 0xFFFF00, 5, 5, 20, 20), 1),
+        ("the window moved", lambda: window.configure(x=300, y=250), 8),
+        ("the window raised and resized", lambda: window.configure(width=320, height=200), 8),
+        ("the window unmapped", window.unmap, 8),
+        ("the root background changed", lambda: _repaint_root(root, 0x403020), HEIGHT // 32),
+    ]
+    for what, draw, most_bands in steps:
+        draw()
+        painter.sync()
+        meta, shown = await _cached(display)
+        assert shown == await _afresh(display), f"after {what}: the screenshot shows an old screen"
+        assert meta["bands"] - meta["bands_reused"] <= most_bands, (what, meta)
+    window.destroy()
+    painter.sync()
+
+
+def _repaint_root(root: Any, colour: int) -> None:
+    root.change_attributes(background_pixel=colour)
+    root.clear_area()
+
+
+async def test_drawing_during_screenshots_loses_no_row(display: Display, xvfb: str) -> None:
+    """Another client draws all along (in rows 100 to 260) while screenshots are taken: whatever it drew between or
+    during them, the screenshot taken once it stopped equals the screen."""
+    stop = threading.Event()
+
+    def draw_all_along() -> None:
+        d = xdisplay.Display(xvfb)
+        root, rng = d.screen().root, random.Random(7)
+        try:
+            while not stop.is_set():
+                x, y = rng.randrange(WIDTH - 40), rng.randrange(100, 252)
+                _fill(d, root, rng.randrange(1 << 24), x, y, rng.randrange(1, 40), rng.randrange(1, 8))
+                d.flush()
+                time.sleep(0.0002)
+        finally:
+            d.sync()
+            d.close()
+
+    await _cached(display)  # the first frame: all of it
+    drawer = threading.Thread(target=draw_all_along)
+    drawer.start()
+    try:
+        copied = set()
+        for _ in range(150):
+            meta, _ = await _cached(display)
+            copied.add(meta["bands"] - meta["bands_reused"])
+            await asyncio.sleep(0.002)
+    finally:
+        stop.set()
+        await asyncio.to_thread(drawer.join, 10)
+    assert max(copied) <= 6, f"bands copied outside the rows drawn on: {copied}"
+    assert max(copied) > 0, "the drawing was never seen"
+    _, shown = await _cached(display)
+    assert shown == await _afresh(display), "a row drawn on during the screenshots was never copied again"
