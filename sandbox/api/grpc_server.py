@@ -190,6 +190,10 @@ class SandboxServicer:
     # ------------------------------------------------------------------ acting
 
     async def _step(self, principal: Principal, request: pb.StepRequest) -> pb.StepResponse:
+        if request.HasField("observe"):
+            if request.HasField("action"):
+                raise InvalidArgument("a step either acts or observes: give `action` or `observe`, not both")
+            return pb.StepResponse(observation=await self._observe(principal, request.sandbox_id, request.observe))
         action = convert.action_from_proto(request.action)
         obs = await self._service.step(principal, request.sandbox_id, action, screenshot=request.screenshot)
         return pb.StepResponse(observation=convert.observation_to_proto(obs))
@@ -218,12 +222,17 @@ class SandboxServicer:
 
     @_unary
     async def Observe(self, principal: Principal, request: pb.ObserveRequest) -> pb.Observation:
+        return await self._observe(principal, request.sandbox_id, request)
+
+    async def _observe(
+        self, principal: Principal, sandbox_id: str, request: pb.ObserveRequest | pb.ObserveOptions
+    ) -> pb.Observation:
         options: dict[str, Any] = {}
         if request.HasField("format"):
             options["format"] = request.format
         if request.HasField("quality"):
             options["quality"] = request.quality
-        return convert.observation_to_proto(await self._service.observe(principal, request.sandbox_id, **options))
+        return convert.observation_to_proto(await self._service.observe(principal, sandbox_id, **options))
 
     @_unary
     async def Exec(self, principal: Principal, request: pb.ExecRequest) -> pb.ExecResult:

@@ -129,8 +129,12 @@ class AsyncSandbox:
         return AsyncStepStream(self)
 
     async def observe(self, *, format: str = "png", quality: int = 80) -> Observation:
-        """The current screen (display kinds) and page (browser) without acting."""
-        return await self._client._run(_ops.observe(self.id, format=format, quality=quality))
+        """The current screen (display kinds) and page (browser) without acting. Goes over the stream ``step``
+        uses, or as a call of its own while a step of this handle is in flight."""
+        if self._steps._busy:
+            return await self._client._run(_ops.observe(self.id, format=format, quality=quality))
+        request = _ops.observe_step_request(self.id, format=format, quality=quality)
+        return _ops.step_result(await self._steps._exchange(request, self._client.timeout))
 
     async def exec(
         self,
@@ -287,6 +291,11 @@ class AsyncStepStream:
 
     async def step(self, action: Action | Mapping[str, Any] | str, *, screenshot: bool = False) -> Observation:
         request = _ops.step_request(self._sandbox.id, action, screenshot=screenshot)
+        return _ops.step_result(await self._exchange(request, None))
+
+    async def observe(self, *, format: str = "png", quality: int = 80) -> Observation:
+        """As ``AsyncSandbox.observe``, on this stream."""
+        request = _ops.observe_step_request(self._sandbox.id, format=format, quality=quality)
         return _ops.step_result(await self._exchange(request, None))
 
     async def _exchange(self, request: pb.StepRequest, deadline: float | None) -> pb.StepResponse:

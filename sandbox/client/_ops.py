@@ -239,6 +239,11 @@ def step(
     return step_result(reply)
 
 
+def observe_step_request(sandbox_id: str, *, format: str, quality: int) -> pb.StepRequest:
+    """An observe sent as a step (on a step stream)."""
+    return pb.StepRequest(sandbox_id=sandbox_id, observe=pb.ObserveOptions(format=format, quality=quality))
+
+
 def observe(sandbox_id: str, *, format: str, quality: int) -> Op[models.Observation]:
     reply = yield Call("Observe", pb.ObserveRequest(sandbox_id=sandbox_id, format=format, quality=quality))
     return convert.observation_from_proto(reply)

@@ -266,7 +266,13 @@ class StepStream:
             yield request
 
     def step(self, action: Action | Mapping[str, Any] | str, *, screenshot: bool = False) -> Observation:
-        request = _ops.step_request(self._sandbox.id, action, screenshot=screenshot)
+        return self._exchange(_ops.step_request(self._sandbox.id, action, screenshot=screenshot))
+
+    def observe(self, *, format: str = "png", quality: int = 80) -> Observation:
+        """As ``Sandbox.observe``, on this stream."""
+        return self._exchange(_ops.observe_step_request(self._sandbox.id, format=format, quality=quality))
+
+    def _exchange(self, request: pb.StepRequest) -> Observation:
         client = self._sandbox._client
         if self._responses is None or self._responses.done():  # never opened, or ended (a server gone meanwhile)
             self._drop()

@@ -140,6 +140,42 @@ async def test_step_stream(sandbox: AsyncSandbox) -> None:
         assert obs.exec is not None and obs.exec.stdout == "still here\n"
 
 
+async def test_observe_goes_over_a_step_stream(sandbox: AsyncSandbox, raw: Any) -> None:
+    async with sandbox.step_stream() as stream:
+        obs = await stream.observe()
+        assert obs.screenshot is None and obs.exec is None  # a terminal has no screen, and nothing ran
+        assert (await stream.step({"type": "exec", "cmd": "echo after"})).exec.stdout == "after\n"  # type: ignore[union-attr]
+    assert sandbox._steps._call is None
+    assert (await sandbox.observe()).screenshot is None
+    assert sandbox._steps._call is not None, "the handle's observe went as a call of its own"
+
+    both = pb.StepRequest(
+        sandbox_id=sandbox.id, action=pb.Action(exec=pb.Exec(shell="echo no")), observe=pb.ObserveOptions()
+    )
+    observing = pb.StepRequest(sandbox_id=sandbox.id, observe=pb.ObserveOptions(format="png"))
+    replies = [r async for r in raw.StepStream(iter([both, observing]), metadata=AUTH_ALPHA)]
+    assert [r.WhichOneof("result") for r in replies] == ["error", "observation"]
+    assert replies[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "either acts or observes" in replies[0].error.message
+    assert not replies[1].observation.HasField("exec")
+
+
+async def test_an_observe_made_while_a_step_is_in_flight_does_not_wait_for_it(sandbox: AsyncSandbox) -> None:
+    finished: list[str] = []
+
+    async def slow_step() -> None:
+        await sandbox.step({"type": "exec", "cmd": "sleep 0.4"})
+        finished.append("step")
+
+    async def observe() -> None:
+        await asyncio.sleep(0.1)  # the step is on the handle's stream by now
+        await sandbox.observe()
+        finished.append("observe")
+
+    await asyncio.gather(slow_step(), observe())
+    assert finished == ["observe", "step"]
+
+
 async def test_a_step_given_up_midway_does_not_shift_the_stream_s_later_replies(sandbox: AsyncSandbox) -> None:
     async with sandbox.step_stream() as stream:
         with pytest.raises(TimeoutError):
