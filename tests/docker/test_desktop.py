@@ -8,6 +8,7 @@ import io
 import pytest
 from PIL import Image, ImageChops
 
+from sandbox.agent.display.frames import BAND_ROWS
 from sandbox.agent_client import AgentClient
 from tests.conftest import SandboxFactory
 
@@ -81,7 +82,7 @@ async def test_a_screenshot_deflates_again_only_the_rows_that_changed(make_sandb
     meta, first = await sb.agent.request("screenshot", {"format": "png"}, deadline=10)
     assert Image.open(io.BytesIO(first)).convert("RGB").tobytes() == settled
     meta, again = await sb.agent.request("screenshot", {"format": "png"}, deadline=10)
-    assert meta["bands"] == HEIGHT // 32 and meta["bands_reused"] == meta["bands"], meta
+    assert meta["bands"] == -(-HEIGHT // BAND_ROWS) and meta["bands_reused"] == meta["bands"], meta
     assert again == first
 
     await sb.agent.act({"type": "click", "x": 150, "y": 100})

@@ -61,13 +61,13 @@ def _decoded(data: bytes) -> Image.Image:
 
 async def test_the_first_frame_encodes_every_band_and_decodes_to_its_pixels(pool: ThreadPoolExecutor) -> None:
     screen = _screen(1)
-    encoded = await FrameCache(pool).png(_bgrx(screen))
+    encoded = await FrameCache(pool, band_rows=32).png(_bgrx(screen))
     assert (encoded.bands, encoded.reused) == (5, 0)
     assert _decoded(encoded.png).tobytes() == screen.tobytes()
 
 
 async def test_an_unchanged_screen_reuses_every_band(pool: ThreadPoolExecutor) -> None:
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     screen = _bgrx(_screen(2))
     first = await cache.png(screen)
     again = await cache.png(screen)
@@ -87,7 +87,7 @@ async def test_an_unchanged_screen_reuses_every_band(pool: ThreadPoolExecutor) -
 async def test_a_change_deflates_only_its_bands_and_the_png_shows_it(
     pool: ThreadPoolExecutor, box: tuple[int, int, int, int], changed_bands: set[int]
 ) -> None:
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     before = _screen(3)
     await cache.png(_bgrx(before))
     after = before.copy()
@@ -95,12 +95,12 @@ async def test_a_change_deflates_only_its_bands_and_the_png_shows_it(
     encoded = await cache.png(_bgrx(after))
     assert encoded.reused == encoded.bands - len(changed_bands)
     assert _decoded(encoded.png).tobytes() == after.tobytes()
-    fresh = await FrameCache(pool).png(_bgrx(after))
+    fresh = await FrameCache(pool, band_rows=32).png(_bgrx(after))
     assert _decoded(fresh.png).tobytes() == after.tobytes()
 
 
 async def test_a_frame_of_another_size_starts_over(pool: ThreadPoolExecutor) -> None:
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     await cache.png(_bgrx(_screen(4)))
     smaller = _screen(4, (120, 64))
     encoded = await cache.png(_bgrx(smaller))
@@ -109,7 +109,7 @@ async def test_a_frame_of_another_size_starts_over(pool: ThreadPoolExecutor) -> 
 
 
 async def test_frames_encoded_at_once_each_decode_to_their_own_pixels(pool: ThreadPoolExecutor) -> None:
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     screens = [_screen(seed) for seed in range(6)]
     encoded = await asyncio.gather(*(cache.png(_bgrx(s)) for s in screens))
     for screen, result in zip(screens, encoded, strict=True):
@@ -118,7 +118,7 @@ async def test_frames_encoded_at_once_each_decode_to_their_own_pixels(pool: Thre
 
 async def test_after_a_cancelled_frame_the_next_one_shows_its_own_pixels(pool: ThreadPoolExecutor) -> None:
     """The cancelled frame's pixels were taken but its bands never deflated: the cache must not pair them."""
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     first, second = _screen(5), _screen(6)
     await cache.png(_bgrx(first))
     task = asyncio.create_task(cache.png(_bgrx(second)))
@@ -132,7 +132,7 @@ async def test_after_a_cancelled_frame_the_next_one_shows_its_own_pixels(pool: T
 
 async def test_a_take_left_over_from_a_cancelled_frame_touches_no_later_frame(pool: ThreadPoolExecutor) -> None:
     """A cancelled frame's take still runs on the X thread, late, after the next frame was kept."""
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     await cache.png(_bgrx(_screen(8)))
     late_pixels = bytearray(_screen(9).convert("RGBX").tobytes("raw", "BGRX"))
     started, release = threading.Event(), threading.Event()
@@ -165,13 +165,13 @@ async def test_a_take_left_over_from_a_cancelled_frame_touches_no_later_frame(po
 
 async def test_a_frame_cut_wrong_is_refused(pool: ThreadPoolExecutor) -> None:
     with pytest.raises(ValueError, match="a 200x150 BGRX frame has 120000 bytes, not 4"):
-        await FrameCache(pool).png(
+        await FrameCache(pool, band_rows=32).png(
             lambda take, whole, align: _async(take(memoryview(bytearray(4)), WIDTH, HEIGHT, (0, HEIGHT)))
         )
 
 
 async def test_many_changed_bands_spread_over_the_pool_and_still_decode(pool: ThreadPoolExecutor) -> None:
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     screen = _screen(7, (WIDTH, 400))  # 13 bands
     await cache.png(_bgrx(screen))
     changed = screen.copy()
@@ -186,7 +186,7 @@ async def _async(value: Any) -> Any:
 
 
 async def test_scattered_changes_in_many_bands_reuse_the_rest_and_decode(pool: ThreadPoolExecutor) -> None:
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     screen = _screen(11, (WIDTH, 400))  # 13 bands, the last one 16 rows
     await cache.png(_bgrx(screen))
     changed = screen.copy()
@@ -200,7 +200,7 @@ async def test_scattered_changes_in_many_bands_reuse_the_rest_and_decode(pool: T
 
 async def test_only_the_rows_copied_afresh_are_compared(pool: ThreadPoolExecutor) -> None:
     """With the X server's damage, a capture copies only the rows drawn on: the others are the last frame's."""
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     before = _screen(12)
     await cache.png(_bgrx(before))
     after = before.copy()
@@ -217,7 +217,7 @@ async def test_only_the_rows_copied_afresh_are_compared(pool: ThreadPoolExecutor
 
 
 async def test_the_whole_screen_is_asked_for_until_there_is_a_last_frame(pool: ThreadPoolExecutor) -> None:
-    cache = FrameCache(pool)
+    cache = FrameCache(pool, band_rows=32)
     asked: list[bool] = []
     screen = _screen(13)
     await cache.png(_bgrx(screen, rows=(0, 0), asked=asked))
@@ -235,4 +235,4 @@ async def test_a_first_frame_of_some_rows_only_is_refused(pool: ThreadPoolExecut
         return take(pixels, WIDTH, HEIGHT, (32, 64))
 
     with pytest.raises(ValueError, match="needs all of its rows"):
-        await FrameCache(pool).png(partial)
+        await FrameCache(pool, band_rows=32).png(partial)

@@ -3,8 +3,10 @@
 Between two agent steps most of a screen stays as it was (a menu opens, a line of text appears). The screen is cut
 into bands of ``BAND_ROWS`` rows, each deflated on its own and ended on a byte boundary, so the bands concatenate
 into one zlib stream (see ``encoders.png``). The cache keeps the last frame's raw pixels (about 4 MB at 1280x800) and
-its deflated bands. On the capture thread, each band of the new frame is compared with the kept one (``memcmp``) and
-only a changed band is copied over; then only the changed bands are converted and deflated. The kept buffer is
+its deflated bands. On the capture thread, each band of the new frame among the rows the capture copied (those drawn
+on, see ``damage``) is compared with the kept one (``memcmp``) and only a changed band is copied over; then only the
+changed bands are converted and deflated. Bands of 16 rows: a line of text typed is one or two of them, half the
+deflating that bands of 32 rows cost, for a PNG about 2% larger. The kept buffer is
 reused frame after frame: a fresh 4 MB per capture would cost about a thousand page faults.
 """
 
@@ -22,7 +24,7 @@ from PIL import Image
 
 from sandbox.agent.display.encoders import PNG_BANDS, Band, deflate_filtered, filtered_rows, new_deflater, png
 
-BAND_ROWS = 32
+BAND_ROWS = 16
 BYTES_PER_PIXEL = 4  # the X server's BGRX
 INLINE_BANDS = 3
 """Up to this many changed bands are deflated right where they were found, on the capture thread (no more thread
@@ -42,6 +44,7 @@ class _Kept:
     band_rows: int
     pixels: bytearray
     bands: list[Band] = field(default_factory=list)
+    png: bytes = b""  # the PNG these bands make, once assembled
 
     @property
     def stride(self) -> int:
@@ -107,8 +110,10 @@ class FrameCache:
             for index, band in zip(changed, done, strict=True):
                 kept.bands[index] = band
             self._kept = kept
-            data, count = png(kept.width, kept.height, kept.bands), len(kept.bands)
-            return Encoded(data, kept.width, kept.height, count, count - len(changed))
+            if changed or not kept.png:
+                kept.png = png(kept.width, kept.height, kept.bands)
+            count = len(kept.bands)
+            return Encoded(kept.png, kept.width, kept.height, count, count - len(changed))
 
     def forget(self) -> None:
         self._kept = None
