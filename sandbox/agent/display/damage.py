@@ -26,6 +26,7 @@ from Xlib.protocol import rq, structs
 
 _XFIXES_CREATE_REGION = 5
 _XFIXES_DESTROY_REGION = 10
+_XFIXES_REGION_EXTENTS = 18
 _XFIXES_FETCH_REGION = 19
 
 
@@ -43,6 +44,16 @@ class _DestroyRegion(rq.Request):
     _request = rq.Struct(rq.Card8("opcode"), rq.Opcode(_XFIXES_DESTROY_REGION), rq.RequestLength(), rq.Card32("region"))
 
 
+class _RegionExtents(rq.Request):
+    _request = rq.Struct(
+        rq.Card8("opcode"),
+        rq.Opcode(_XFIXES_REGION_EXTENTS),
+        rq.RequestLength(),
+        rq.Card32("source"),
+        rq.Card32("destination"),
+    )
+
+
 class _FetchRegion(rq.ReplyRequest):
     _request = rq.Struct(rq.Card8("opcode"), rq.Opcode(_XFIXES_FETCH_REGION), rq.RequestLength(), rq.Card32("region"))
     _reply = rq.Struct(
@@ -52,7 +63,7 @@ class _FetchRegion(rq.ReplyRequest):
         rq.ReplyLength(),
         rq.Object("extents", structs.Rectangle),
         rq.Pad(16),
-        rq.List("rectangles", structs.Rectangle),
+        # then the region's rectangles: one, its extents, as ``take`` fetches it
     )
 
 
@@ -92,6 +103,8 @@ class ScreenDamage:
         """The rows ``[top, bottom)`` drawn on since the last take (all of them the first time; ``top == bottom``
         when none). The damage starts again empty."""
         self._d.damage_subtract(self._damage, X.NONE, self._region)
+        # Its bounding box only: a screen drawn on all over for a while makes a region of thousands of rectangles.
+        _RegionExtents(display=self._d.display, opcode=self._xfixes, source=self._region, destination=self._region)
         extents = _FetchRegion(display=self._d.display, opcode=self._xfixes, region=self._region).extents
         while self._d.pending_events():  # the damage object's notices (and anything else nobody listens for)
             self._d.next_event()
@@ -101,10 +114,6 @@ class ScreenDamage:
         top = max(0, extents.y)
         bottom = min(self._height, extents.y + extents.height)
         return (top, bottom) if extents.width and bottom > top else (0, 0)
-
-    def forget(self) -> None:
-        """The next take counts all of the screen as drawn (whoever holds the last frame lost it)."""
-        self._known = False
 
     def close(self) -> None:
         with suppress(Exception):
