@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import io
 
 import pytest
+from PIL import Image
 
+from sandbox.agent_client import AgentClient
 from sandbox.errors import InvalidArgument
 from tests.conftest import SandboxFactory
 
@@ -61,3 +64,45 @@ async def test_file_url_from_workspace_and_bad_input(make_sandbox: SandboxFactor
         await sb.agent.evaluate("throw new Error('boom')")
     shot = await sb.agent.screenshot()
     assert (shot.width, shot.height) == (1280, 800)
+
+
+SWATCHES = """<!doctype html><title>Swatches</title>
+<body style="margin:0;background:#fff"><div id="s" style="margin:40px;width:200px;height:60px;background:#c00"></div>
+<p id="t" style="font:20px sans-serif;margin:40px">first words</p></body>"""
+
+
+async def _settled(agent: AgentClient) -> bytes:
+    """The screen through the region path (every pixel copied and encoded afresh), once two in a row agree."""
+    whole = {"format": "png", "region": {"x": 0, "y": 0, "width": 1280, "height": 800}}
+    last = b""
+    for _ in range(50):
+        _, data = await agent.request("screenshot", whole, deadline=10)
+        pixels = Image.open(io.BytesIO(data)).convert("RGB").tobytes()
+        if pixels == last:
+            return pixels
+        last = pixels
+        await asyncio.sleep(0.2)
+    raise AssertionError("the screen never settled")
+
+
+async def test_the_screenshot_follows_what_chromium_draws(make_sandbox: SandboxFactory) -> None:
+    """The screenshot copies only the rows the X server saw drawn on: Chromium's own way of drawing must show."""
+    sb = await make_sandbox("browser")
+    await sb.agent.write_file("/workspace/swatches.html", SWATCHES.encode())
+    await sb.agent.navigate("file:///workspace/swatches.html")
+    changes = [
+        "",  # the page as loaded
+        "document.getElementById('s').style.background = '#0a0'",  # a small box
+        "document.getElementById('t').textContent = 'other words, longer than the first ones'",  # a line of text
+        "document.body.style.background = '#224'",  # the whole page
+    ]
+    reused = []
+    for change in changes:
+        if change:
+            await sb.agent.evaluate(change)
+        settled = await _settled(sb.agent)
+        meta, data = await sb.agent.request("screenshot", {"format": "png"}, deadline=10)
+        shown = Image.open(io.BytesIO(data)).convert("RGB").tobytes()
+        assert shown == settled, f"after {change or 'loading'!r}: the screenshot shows an old screen"
+        reused.append(meta["bands_reused"])
+    assert max(reused[1:3]) > 0, f"a small change copied every band: {reused}"
