@@ -8,9 +8,9 @@ import io
 import pytest
 from PIL import Image
 
-from sandbox.agent_client import AgentClient
 from sandbox.errors import InvalidArgument
 from tests.conftest import SandboxFactory
+from tests.docker.screens import settled_screen
 
 pytestmark = pytest.mark.docker
 
@@ -71,20 +71,6 @@ SWATCHES = """<!doctype html><title>Swatches</title>
 <p id="t" style="font:20px sans-serif;margin:40px">first words</p></body>"""
 
 
-async def _settled(agent: AgentClient) -> bytes:
-    """The screen through the region path (every pixel copied and encoded afresh), once two in a row agree."""
-    whole = {"format": "png", "region": {"x": 0, "y": 0, "width": 1280, "height": 800}}
-    last = b""
-    for _ in range(50):
-        _, data = await agent.request("screenshot", whole, deadline=10)
-        pixels = Image.open(io.BytesIO(data)).convert("RGB").tobytes()
-        if pixels == last:
-            return pixels
-        last = pixels
-        await asyncio.sleep(0.2)
-    raise AssertionError("the screen never settled")
-
-
 async def test_the_screenshot_follows_what_chromium_draws(make_sandbox: SandboxFactory) -> None:
     """The screenshot copies only the rows the X server saw drawn on: Chromium's own way of drawing must show."""
     sb = await make_sandbox("browser")
@@ -100,7 +86,7 @@ async def test_the_screenshot_follows_what_chromium_draws(make_sandbox: SandboxF
     for change in changes:
         if change:
             await sb.agent.evaluate(change)
-        settled = await _settled(sb.agent)
+        settled = await settled_screen(sb.agent, 1280, 800)
         meta, data = await sb.agent.request("screenshot", {"format": "png"}, deadline=10)
         shown = Image.open(io.BytesIO(data)).convert("RGB").tobytes()
         assert shown == settled, f"after {change or 'loading'!r}: the screenshot shows an old screen"

@@ -11,6 +11,7 @@ from PIL import Image, ImageChops
 from sandbox.agent.display.frames import BAND_ROWS
 from sandbox.agent_client import AgentClient
 from tests.conftest import SandboxFactory
+from tests.docker.screens import settled_screen
 
 pytestmark = pytest.mark.docker
 
@@ -61,24 +62,10 @@ async def test_click_focuses_a_window_and_typed_text_reaches_the_shell(make_sand
     assert changed[0] < 540, f"the change {changed} is not in the left window"
 
 
-async def _settled_screen(agent: AgentClient) -> bytes:
-    """A full-screen PNG through the region path (every band encoded afresh), once two in a row show the same."""
-    whole = {"format": "png", "region": {"x": 0, "y": 0, "width": WIDTH, "height": HEIGHT}}
-    last = b""
-    for _ in range(50):
-        _, data = await agent.request("screenshot", whole, deadline=10)
-        pixels = Image.open(io.BytesIO(data)).convert("RGB").tobytes()
-        if pixels == last:
-            return pixels
-        last = pixels
-        await asyncio.sleep(0.1)
-    raise AssertionError("the screen never settled")
-
-
 async def test_a_screenshot_deflates_again_only_the_rows_that_changed(make_sandbox: SandboxFactory) -> None:
     sb = await make_sandbox("desktop", screen={"width": WIDTH, "height": HEIGHT})
     await _open_xterm(sb.agent, "typing", 20, "/workspace/typed.txt")
-    settled = await _settled_screen(sb.agent)
+    settled = await settled_screen(sb.agent, WIDTH, HEIGHT)
     meta, first = await sb.agent.request("screenshot", {"format": "png"}, deadline=10)
     assert Image.open(io.BytesIO(first)).convert("RGB").tobytes() == settled
     meta, again = await sb.agent.request("screenshot", {"format": "png"}, deadline=10)
@@ -87,7 +74,7 @@ async def test_a_screenshot_deflates_again_only_the_rows_that_changed(make_sandb
 
     await sb.agent.act({"type": "click", "x": 150, "y": 100})
     await sb.agent.act({"type": "type_text", "text": "abc"})
-    settled = await _settled_screen(sb.agent)
+    settled = await settled_screen(sb.agent, WIDTH, HEIGHT)
     meta, typed = await sb.agent.request("screenshot", {"format": "png"}, deadline=10)
     assert 0 < meta["bands_reused"] < meta["bands"], meta
     assert Image.open(io.BytesIO(typed)).convert("RGB").tobytes() == settled, "the reused bands show an old screen"
