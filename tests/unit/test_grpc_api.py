@@ -372,6 +372,8 @@ def _sync_session(target: str, tmp: Path) -> None:
                     assert obs.exec is not None and obs.exec.stdout == f"{i}\n"
                 with pytest.raises(FailedPrecondition):
                     stream.step({"type": "key", "key": "Return"})
+                observed = stream.observe()  # on the stream, as a step whose `observe` is set
+                assert observed.screenshot is None and observed.exec is None
                 assert stream.step(Exec(cmd="echo ok")).exec is not None
             assert sb.id in {i.id for i in client.list()}
             assert client.get(sb.id).info.id == sb.id
