@@ -5,10 +5,10 @@ when nothing was drawn it copies nothing. Between two agent steps most of a scre
 whole 4 MB frame (then comparing it) was most of a screenshot's cost.
 
 The damage is taken atomically: ``DamageSubtract`` moves what was drawn so far into an XFixes region and empties the
-damage in one request, and ``FetchRegion`` reads that region back. Whatever is drawn after the subtract is in the
-next take's region, so a row left out of a capture has not been drawn on since a capture that copied it. Events are
-not used: the damage object reports at the lowest level (one event when it stops being empty), and the X thread
-drops those events with the rest.
+damage in one request; ``RegionExtents`` reduces the region to its bounding box, which ``FetchRegion`` reads back.
+Whatever is drawn after the subtract is in the next take's region, so a row left out of a capture has not been drawn
+on since a capture that copied it. Events are not used: the damage object reports at the lowest level (one event
+when it stops being empty), and the X thread drops those events with the rest.
 
 python-xlib implements neither XFixes regions nor a damage object's region use: the request layouts below are from
 the XFixes protocol spec (version 2 and later).
