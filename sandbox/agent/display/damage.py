@@ -96,6 +96,8 @@ class ScreenDamage:
         except xerror.XError:
             return None
         if catcher.get_error() is not None:
+            with suppress(Exception):
+                d.damage_destroy(damage)  # the connection lives on: it would hold the damage for nothing
             return None
         return cls(d, xfixes, damage, region, height)
 
