@@ -1,4 +1,5 @@
-"""A real redis-server for tests, on 127.0.0.1 and a free port, with no persistence.
+"""A real redis-server for tests (``sandbox.testing.redis_server``), on 127.0.0.1 and a free port, with no
+persistence.
 
 Use the session fixture from a conftest::
 
@@ -15,107 +16,30 @@ directly, e.g. to stop and restart a private server inside one test; it is stopp
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 
 import pytest
 
-REDIS_SERVER = "redis-server"
-START_TIMEOUT_S = 10.0
+from sandbox.testing import redis_server as redis_process
+from sandbox.testing.server import free_port
+
+__all__ = ["RedisServer", "free_port", "redis_server"]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def ping(port: int, timeout: float = 0.5) -> bool:
-    """True if a Redis server on 127.0.0.1:port answers PING."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisServer:
-    """One redis-server child process; ``start()`` again after ``stop()`` reuses the same port (empty data)."""
+class RedisServer(redis_process.RedisServer):
+    """The package's redis-server process, whose failure to be found or to start fails the test."""
 
     def __init__(self, port: int | None = None) -> None:
-        binary = shutil.which(REDIS_SERVER)
-        if binary is None:
-            pytest.fail(
-                f"{REDIS_SERVER} is not installed (the Redis store is tested against a real server): "
-                "apt-get install -y redis-server",
-                pytrace=False,
-            )
-        self.binary = binary
-        self.port = port or free_port()
-        self.dir = tempfile.mkdtemp(prefix="sbx-redis-")
-        self.log_path = os.path.join(self.dir, "redis.log")
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        try:
+            super().__init__(port)
+        except redis_process.RedisUnavailable as e:
+            pytest.fail(str(e), pytrace=False)
 
     def start(self) -> None:
-        assert self.process is None, "already started"
-        command = [
-            self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--daemonize", "no",
-            "--dir", self.dir,
-        ]  # fmt: skip
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ping(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"redis-server on port {self.port} did not start; its log:\n{self.log()}", pytrace=False)
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        """Stop this server (by its PID); idempotent."""
-        process, self.process = self.process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-
-    def log(self) -> str:
         try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()[-4000:]
-        except OSError:
-            return "(no log)"
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+            super().start()
+        except redis_process.RedisUnavailable as e:
+            pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture(scope="session")
