@@ -26,6 +26,7 @@ from sandbox.backends.base import INSTANCE_ENV, LABEL_INSTANCE, LABEL_MANAGED_BY
 from sandbox.client import AsyncClient, AsyncSandbox
 from sandbox.errors import SandboxError
 from sandbox.protocol import AGENT_SOCKET_NAME
+from sandbox.testing.redis_server import RedisServer
 from sandbox.testing.server import ServerProcess
 
 QUIET_S = 0.3
@@ -85,21 +86,47 @@ class Bench:
         """A control plane of this run's own (owner label, socket root, state file); everything it made is removed
         at the end."""
         options = {"settings": settings} if settings else {}
-        server = ServerProcess(self.workdir, owner=self.owner, socket_root=self.socket_root, name=name, **options)
-        self._servers.append(server)
+        async with self._platforms([(name, options)]) as (platform,):
+            yield platform
+
+    @contextlib.asynccontextmanager
+    async def replicas(
+        self, name: str, count: int, settings: dict[str, Any] | None = None
+    ) -> AsyncIterator[list[Platform]]:
+        """``count`` control planes sharing one state store, a redis-server of this run's own (on 127.0.0.1, stopped
+        by its PID at the end), each with an SDK client of its own; everything they made is removed at the end."""
+        redis = await asyncio.to_thread(RedisServer)
         try:
-            await asyncio.to_thread(server.start)
-            self.progress.say(f"{name}: control plane up (pid {server.pid}, {server.grpc_target})")
-            client = AsyncClient(server.grpc_target, timeout=300)
-            try:
-                yield Platform(server, client)
-            finally:
-                await client.close()
+            await asyncio.to_thread(redis.start)
+            options = {"redis_url": redis.url, **({"settings": settings} if settings else {})}
+            async with self._platforms([(f"{name}-{i + 1}", options) for i in range(count)]) as platforms:
+                yield platforms
+        finally:
+            await asyncio.to_thread(redis.close)
+
+    @contextlib.asynccontextmanager
+    async def _platforms(self, servers: list[tuple[str, dict[str, Any]]]) -> AsyncIterator[list[Platform]]:
+        started: list[ServerProcess] = []
+        clients: list[AsyncClient] = []
+        try:
+            for name, options in servers:
+                server = ServerProcess(
+                    self.workdir, owner=self.owner, socket_root=self.socket_root, name=name, **options
+                )
+                self._servers.append(server)
+                started.append(server)
+                await asyncio.to_thread(server.start)
+                self.progress.say(f"{name}: control plane up (pid {server.pid}, {server.grpc_target})")
+            clients = [AsyncClient(server.grpc_target, timeout=300) for server in started]
+            yield [Platform(server, client) for server, client in zip(started, clients, strict=True)]
         except Exception:  # a failure, not an interruption: its logs are worth keeping
             self.keep_workdir = True
             raise
         finally:
-            await asyncio.to_thread(server.stop)
+            for client in clients:
+                await client.close()
+            for server in started:
+                await asyncio.to_thread(server.stop)
             await self.clean()
 
     async def clean(self) -> None:

@@ -34,6 +34,8 @@ class Options:
     burst_size: int = 64
     """burst: creates sent at once against a warm pool of as many terminals (and ``docker run`` at once)."""
     burst_rounds: int = 3
+    burst_replicas: int = 2
+    """burst: the same bursts against one control plane on Redis, then spread over this many sharing it; 0 skips."""
     step_samples: int = 500
     step_warmup: int = 20
     observe_samples: int = 100

@@ -7,12 +7,17 @@ times, ``burst_size`` creates are sent at once and each one's latency is timed f
 rounds the sandboxes are deleted and the pool refills. The pool's refill starts during a burst are part of what
 the claims compete with (as in production). The baseline starts ``burst_size`` containers at once and times each
 to its first successful ``docker exec true``.
+
+Then the same bursts against control planes sharing one Redis (``burst_replicas``): one of them (the store's own
+cost beside the embedded one), then the burst spread over ``burst_replicas`` of them, each create sent through the
+next one's client in turn — what scaling the control plane out gives a burst on this machine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from bench.harness import Bench, Platform, SectionResult
 from bench.report import Row, Target
@@ -43,11 +48,39 @@ async def _sequential(bench: Bench, platform: Platform, n: int, size: int) -> li
     return samples
 
 
-async def _burst(bench: Bench, platform: Platform, size: int) -> list[float]:
+async def _burst(platforms: list[Platform], size: int) -> list[float]:
     started = time.perf_counter()
-    done = await asyncio.gather(*(_timed_create(platform, started) for _ in range(size)))
+    done = await asyncio.gather(*(_timed_create(platforms[i % len(platforms)], started) for i in range(size)))
     await asyncio.gather(*(sandbox.close() for sandbox, _ in done))
     return [took for _, took in done]
+
+
+async def _rounds(bench: Bench, platforms: list[Platform], label: str) -> tuple[list[float], list[dict[str, float]]]:
+    """``burst_rounds`` bursts against the warm pool (full when this starts), refilled between them."""
+    size = bench.options.burst_size
+    samples: list[float] = []
+    per_round: list[dict[str, float]] = []
+    for r in range(bench.options.burst_rounds):
+        took = await _burst(platforms, size)
+        samples += took
+        summary = Summary.of(took)
+        per_round.append({"p50_s": summary.p50, "p99_s": summary.p99, "max_s": summary.max})
+        bench.progress.say(
+            f"burst {r + 1}/{bench.options.burst_rounds} ({label}): {size} creates at once, "
+            f"p50 {summary.p50 * 1000:.1f} ms, p99 {summary.p99 * 1000:.1f} ms"
+        )
+        await bench.settle(size, timeout=600)
+    return samples, per_round
+
+
+async def _on_redis(
+    bench: Bench, settings: dict[str, Any], replicas: int
+) -> tuple[list[float], list[dict[str, float]]]:
+    label = f"{replicas} replica{'s' if replicas > 1 else ''} on Redis"
+    async with bench.replicas("burst-redis", replicas, settings) as platforms:
+        bench.progress.say(f"burst: warming a pool of {bench.options.burst_size} terminals ({label})")
+        await bench.settle(bench.options.burst_size, timeout=600)
+        return await _rounds(bench, platforms, label)
 
 
 async def _docker_burst(bench: Bench, size: int) -> list[float]:
@@ -67,24 +100,18 @@ async def _docker_burst(bench: Bench, size: int) -> list[float]:
 
 
 async def run(bench: Bench) -> SectionResult:
-    size, rounds = bench.options.burst_size, bench.options.burst_rounds
+    size, replicas = bench.options.burst_size, bench.options.burst_replicas
     pool = {"spec": {"kind": "terminal"}, "min": size, "max": size, "max_starting": 8}
-    burst: list[float] = []
-    per_round: list[dict[str, float]] = []
-    async with bench.platform("burst", {"pools": [pool]}) as platform:  # the lifecycle at its defaults
+    settings = {"pools": [pool]}  # the lifecycle at its defaults
+    rounds: dict[str, list[dict[str, float]]] = {}
+    async with bench.platform("burst", settings) as platform:
         bench.progress.say(f"burst: warming a pool of {size} terminals")
         await bench.settle(size, timeout=600)
         one_at_a_time = await _sequential(bench, platform, SEQUENTIAL_SAMPLES, size)
-        for r in range(rounds):
-            took = await _burst(bench, platform, size)
-            burst += took
-            summary = Summary.of(took)
-            per_round.append({"p50_s": summary.p50, "p99_s": summary.p99, "max_s": summary.max})
-            bench.progress.say(
-                f"burst {r + 1}/{rounds}: {size} creates at once, p50 {summary.p50 * 1000:.1f} ms, "
-                f"p99 {summary.p99 * 1000:.1f} ms"
-            )
-            await bench.settle(size, timeout=600)
+        burst, rounds["embedded"] = await _rounds(bench, [platform], "one control plane")
+    on_redis: dict[int, list[float]] = {}
+    for count in sorted({1, replicas}) if replicas else ():
+        on_redis[count], rounds[f"redis_{count}"] = await _on_redis(bench, settings, count)
     bench.progress.say(f"burst: {size} docker run at once")
     docker = await _docker_burst(bench, size)
     ours, base, single = Summary.of(burst), Summary.of(docker), Summary.of(one_at_a_time)
@@ -94,4 +121,10 @@ async def run(bench: Bench) -> SectionResult:
             speedup(base.p50, ours.p50), target),
         Row(NAME, "one create at a time, same pool", single, base, BASELINE, speedup(base.p50, single.p50)),
     ]  # fmt: skip
-    return SectionResult(rows, {"size": size, "rounds": per_round, "samples_s": {"burst": burst, "docker": docker}})
+    for count, took in on_redis.items():
+        spread = f"{count} control planes on one Redis, {size // count} through each" if count > 1 else "on Redis"
+        summary = Summary.of(took)
+        ratio = speedup(base.p50, summary.p50)
+        rows.append(Row(NAME, f"{size} creates at once, {spread}", summary, base, BASELINE, ratio))
+    samples = {"burst": burst, "docker": docker, **{f"redis_{count}": took for count, took in on_redis.items()}}
+    return SectionResult(rows, {"size": size, "rounds": rounds, "samples_s": samples})
