@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import FrameType
@@ -44,6 +44,19 @@ class Outcome:
     interrupted: bool = False
 
 
+def _non_negative(kind: type[Any]) -> Callable[[str], Any]:
+    """An argparse type: a count, a size or a duration, never below 0."""
+
+    def convert(text: str) -> Any:
+        value = kind(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{text} is negative")
+        return value
+
+    convert.__name__ = kind.__name__  # argparse names the type in its message for a value it cannot convert
+    return convert
+
+
 def parse(argv: Sequence[str] | None) -> Options:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="Benchmarks of the platform against the docker CLI, side by side."
@@ -59,7 +72,10 @@ def parse(argv: Sequence[str] | None) -> Options:
         default = getattr(full, f.name)
         quick = QUICK.get(f.name, default)
         parser.add_argument(
-            "--" + f.name.replace("_", "-"), type=type(default), default=None, help=f"full: {default}, quick: {quick}"
+            "--" + f.name.replace("_", "-"),
+            type=_non_negative(type(default)),
+            default=None,
+            help=f"full: {default}, quick: {quick}",
         )
     args = vars(parser.parse_args(argv))
     quick = args.pop("quick")

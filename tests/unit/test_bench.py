@@ -98,6 +98,14 @@ def test_command_line() -> None:
     assert options.quick and options.sections == ("create", "step")
     assert options.density_max_terminal == 50 and options.density_p99_ms == 80.0
     assert parse([]).sections == SECTION_NAMES
+    assert parse(["--burst-replicas", "0", "--pace-ms", "0"]).burst_replicas == 0
+
+
+@pytest.mark.parametrize("flag", ["--burst-replicas", "--burst-size", "--pace-ms"])
+def test_a_negative_count_or_duration_is_refused(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse([flag, "-1"])
+    assert f"argument {flag}: -1 is negative" in capsys.readouterr().err
 
 
 def test_density_target_is_untested_when_the_ramp_stops_below_it() -> None:
