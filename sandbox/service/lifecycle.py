@@ -46,6 +46,12 @@ class LifecycleSettings(BaseModel):
     orphan_grace_s: float = Field(60.0, ge=0, description="An unknown container younger than this is left alone.")
     leader_ttl_s: float = Field(5.0, gt=0, description="Leader lease; another replica takes over after it.")
     probe_concurrency: int = Field(16, ge=1, description="Health probes at once.")
+    probe_spread: float = Field(
+        0.75,
+        ge=0,
+        le=1,
+        description="A round's deep probes start evenly over this share of health_interval_s, not all at once.",
+    )
 
 
 class Lifecycle:
@@ -56,6 +62,7 @@ class Lifecycle:
         self._leader = False
         self._last_health = 0.0
         self._last_reconcile = 0.0
+        self._round: asyncio.Task[None] | None = None
         self._probing: set[str] = set()
         self._suspects: set[str] = set()
         self._parsed = ParsedRecords()
@@ -79,6 +86,7 @@ class Lifecycle:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            await self._end_round()
 
     async def _heartbeat(self) -> None:
         """Keep this replica's liveness lock renewed on a beat of its own: a tick under load (health probes of many
@@ -100,6 +108,7 @@ class Lifecycle:
         self._leader = await store.try_lock(LEADER_LOCK, self.service.replica, self.settings.leader_ttl_s)
         self.service.metrics.set_leader(self._leader)
         if not self._leader:
+            await self._end_round()
             return
         if not was_leader:
             self._log.info(
@@ -110,16 +119,35 @@ class Lifecycle:
             await self.adopt()
         await self.service.pools.refill()
         await self.expire_leases()
-        if now - self._last_health >= self.settings.health_interval_s:
+        interval = self.settings.health_interval_s
+        if now - self._last_health >= interval and (self._round is None or self._round.done()):
             self._last_health = now
             await self.service.sync_snapshot_pools()
-            await self.check_health()
+            self._round = asyncio.create_task(self._health_round(interval * self.settings.probe_spread))
         if now - self._last_reconcile >= self.settings.reconcile_interval_s:
             self._last_reconcile = now
             await self.reconcile()
 
+    async def _health_round(self, spread_s: float) -> None:
+        """One round of :meth:`check_health`, beside the ticks: spread out, it lasts about as long as the interval,
+        and lease expiry and pool refills must not wait for it."""
+        try:
+            await self.check_health(spread_s=spread_s)
+        except SandboxError as e:
+            self._log.warning("health round failed: %s", e.message)
+        except Exception:
+            self._log.exception("health round crashed")
+
+    async def _end_round(self) -> None:
+        if self._round is not None:
+            self._round.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._round
+            self._round = None
+
     async def stop(self) -> None:
         """Stop leading and give up the locks (the loop's task is the caller's to cancel)."""
+        await self._end_round()
         store, replica = self.service.store, self.service.replica
         await store.unlock(replica_lock(replica), replica)
         if self._leader:
@@ -184,14 +212,20 @@ class Lifecycle:
             if ended is not None:
                 await self.service.expire(record, ended)
 
-    async def check_health(self) -> None:
-        """Engine state of every sandbox in one listing, then deep probes of the running ones."""
+    async def check_health(self, *, spread_s: float = 0.0) -> None:
+        """Engine state of every sandbox in one listing, then deep probes of the running ones.
+
+        ``spread_s``: the deep probes start evenly over this long, ``probe_concurrency`` at a time, instead of all
+        at once: hundreds of idle sandboxes then cost a steady trickle, not a wave every interval that the steps in
+        flight queue behind. (Not one at a time: each wake-up of the event loop costs the control plane too, and a
+        batch shares it.) Each sandbox keeps its place in the order of the records, so it is probed about once per
+        interval.
+        """
         # Records first: every instance they name was started before they were saved, so the listing
         # taken after them shows it; the other way round, a sandbox created in between looks dead.
         records = await self._records()
         listing = {s.id: s for s in await self.service.backend.list_instances()}
-        semaphore = asyncio.Semaphore(self.settings.probe_concurrency)
-        checks = []
+        checks, probes = [], []
         for record in records:
             if record.state is not SandboxState.RUNNING or record.id in self._probing:
                 continue
@@ -204,16 +238,37 @@ class Lifecycle:
                 cause: FailureCause = "container_gone" if engine is None else "container_exited"
                 checks.append(self._fail(record, f"its container is {state}", cause))
             else:
-                checks.append(self._probe(record, engine, semaphore))
-        await asyncio.gather(*checks)
+                probes.append((record, engine))
+        await asyncio.gather(*checks, self._probe_all(probes, spread_s))
+
+    async def _probe_all(self, probes: list[tuple[SandboxRecord, BackendInstance]], spread_s: float) -> None:
+        batch = self.settings.probe_concurrency
+        semaphore = asyncio.Semaphore(batch)
+        loop = asyncio.get_running_loop()
+        gap, start = spread_s / max(-(-len(probes) // batch), 1), loop.time()
+        started = []
+        for i, (record, engine) in enumerate(probes):
+            wait = start + (i // batch) * gap - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            started.append(asyncio.create_task(self._probe(record, engine, semaphore)))
+        await asyncio.gather(*started)
 
     async def _probe(self, record: SandboxRecord, engine: BackendInstance, semaphore: asyncio.Semaphore) -> None:
         async with semaphore:
             health = await probe_health(self.service.backend, record.instance, known=engine)
             if not health.ok:  # the container may have died since the listing: say so if it did
                 health = await probe_health(self.service.backend, record.instance)
-        if not health.ok:
+        if not health.ok and await self._still_runs(record):
             await self._fail(record, reason(health), "probe_failed")
+
+    async def _still_runs(self, record: SandboxRecord) -> bool:
+        """Whether the sandbox still runs the instance probed: a round that lasts seconds sees sandboxes deleted,
+        reset or recovered after its records were read, and their old instances fail for no fault of theirs."""
+        doc = await self.service.store.get(SANDBOXES, record.id)
+        if doc is None or doc.get("instance") != record.instance:
+            return False
+        return doc.get("state") == SandboxState.RUNNING.value
 
     async def _fail(self, record: SandboxRecord, why: str, cause: FailureCause) -> None:
         self._probing.add(record.id)

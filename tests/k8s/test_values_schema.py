@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
+from sandbox.service.lifecycle import LifecycleSettings
 from tests.k8s import harness
 
 SCHEMA = json.loads((harness.CHART / "values.schema.json").read_text())
@@ -31,6 +32,13 @@ def test_every_default_value_is_described_by_the_schema() -> None:
     for section in ("controlPlane", "sandboxes", "redis", "metrics", "ingress", "auth"):
         props = SCHEMA["properties"][section].get("properties", {})
         assert set(defaults[section]) <= set(props), (section, set(defaults[section]) - set(props))
+
+
+def test_the_lifecycle_section_names_every_setting_of_the_server() -> None:
+    """The section is closed (additionalProperties false): a setting the server gained but the schema lacks would
+    make `helm install` refuse values that the server takes."""
+    props = SCHEMA["properties"]["lifecycle"]["properties"]
+    assert set(props) == set(LifecycleSettings.model_fields)
 
 
 BAD_VALUES: list[Any] = [

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from sandbox.backends.base import BackendInstance
-from sandbox.models import Exec, SandboxSpec, SandboxState
+from sandbox.backends.base import Backend, BackendInstance
+from sandbox.models import Exec, Health, HealthCheck, SandboxSpec, SandboxState
 from sandbox.service import SandboxService
+from sandbox.service import lifecycle as lifecycle_module
 from sandbox.service.auth import Principal
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.service.records import SANDBOXES, SandboxRecord
@@ -51,3 +54,71 @@ async def test_an_activity_update_does_not_undo_a_reset(service: SandboxService)
         assert result.stdout == "alive\n"
     finally:
         await service.delete(ALICE, info.id)
+
+
+async def test_a_spread_round_starts_its_probes_evenly_over_the_spread(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = [await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "spread"})) for _ in range(6)]
+    instances = {(await _record(service, info.id)).instance for info in made}
+    loop = asyncio.get_running_loop()
+    started: dict[str, float] = {}
+
+    async def timed_probe(backend: Backend, instance: str, *, known: BackendInstance | None = None) -> Health:
+        started[instance] = loop.time()
+        return Health(ok=True, checks={})
+
+    monkeypatch.setattr(lifecycle_module, "probe_health", timed_probe)
+    try:
+        before, spread, batch = loop.time(), 0.6, 2
+        settings = LifecycleSettings(probe_concurrency=batch)
+        await Lifecycle(service, settings, logger=LOGGER).check_health(spread_s=spread)
+        ours = sorted(t for instance, t in started.items() if instance in instances)
+        assert len(ours) == len(instances), "every running sandbox is probed once per round"
+        everyone = sorted(started.values())
+        gap = spread / -(-len(everyone) // batch)  # one batch of probes after another, evenly
+        for i, at in enumerate(everyone):  # a timer never fires early (1 ms for the clock's resolution)
+            due = (i // batch) * gap
+            assert at - before >= due - 0.001, f"probe {i} started {at - before:.3f} s in, before {due:.3f} s"
+    finally:
+        monkeypatch.undo()
+        for info in made:
+            await service.delete(ALICE, info.id)
+
+
+async def test_a_sandbox_deleted_during_a_round_is_not_reported_failed(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deleted = await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "deleted-mid-round"}))
+    failing = await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "fails-mid-round"}))
+    deleted_instance = (await _record(service, deleted.id)).instance
+    failing_instance = (await _record(service, failing.id)).instance
+    reported: list[str] = []
+    gone: list[str] = []
+
+    async def failed_probe(backend: Backend, instance: str, *, known: BackendInstance | None = None) -> Health:
+        if instance == deleted_instance and not gone:  # its sandbox goes while the probe is in flight
+            gone.append(deleted.id)
+            await service.delete(ALICE, deleted.id)
+        if instance not in (deleted_instance, failing_instance):
+            return Health(ok=True, checks={})
+        return Health(ok=False, checks={"agent": HealthCheck(ok=False, detail="does not answer")})
+
+    async def mark_failed(record: SandboxRecord, why: str, *, cause: str) -> None:
+        reported.append(record.id)
+
+    monkeypatch.setattr(lifecycle_module, "probe_health", failed_probe)
+    monkeypatch.setattr(service, "mark_failed", mark_failed)
+    try:
+        await Lifecycle(service, LifecycleSettings(), logger=LOGGER).check_health(spread_s=0.2)
+    finally:
+        monkeypatch.undo()
+        await service.delete(ALICE, failing.id)
+    assert deleted.id not in reported, "a sandbox deleted during the round was reported failed"
+    assert reported.count(failing.id) == 1, "a sandbox that still runs and fails its probe is reported"
+
+
+async def _record(service: SandboxService, sandbox_id: str) -> SandboxRecord:
+    doc = await service.store.get(SANDBOXES, sandbox_id)
+    assert doc is not None
+    return SandboxRecord.model_validate(doc)

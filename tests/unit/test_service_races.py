@@ -346,17 +346,17 @@ async def _queued(store: EmbeddedStore, key: str, count: int) -> bool:
 
 async def test_a_long_tick_does_not_let_the_replicas_liveness_lapse(service: SandboxService) -> None:
     """Other replicas judge this one's starts in progress by its liveness lock: a tick that lasts longer than the
-    lock (health probes under load) must not let it lapse."""
+    lock (lease expiry of many sandboxes, a slow store) must not let it lapse."""
     store = await EmbeddedStore.open(None, logger=LOGGER)
     plane = SandboxService(service.backend, store, logger=LOGGER)
     lifecycle = Lifecycle(plane, LifecycleSettings(leader_ttl_s=0.2, tick_s=0.05), logger=LOGGER)
     entered, release = asyncio.Event(), asyncio.Event()
 
-    async def slow_health() -> None:
+    async def slow_expiry() -> None:
         entered.set()
         await release.wait()
 
-    lifecycle.check_health = slow_health  # type: ignore[method-assign]
+    lifecycle.expire_leases = slow_expiry  # type: ignore[method-assign]
     loop = asyncio.create_task(lifecycle.run())
     try:
         await asyncio.wait_for(entered.wait(), 10)
