@@ -115,6 +115,13 @@ class Backend(abc.ABC):
     async def list_instances(self) -> list[BackendInstance]:
         """Every instance this backend owns (by its owner label)."""
 
+    async def list_not_running(self) -> list[BackendInstance]:
+        """The instances this backend owns that are not running (stopped, paused, starting): what a health round
+        judges from the engine's view, while a running instance is judged by its agent. An engine that filters on
+        its side saves listing every running instance each round (Docker: 13 against 80 ms of dockerd's CPU with
+        300 containers)."""
+        return [i for i in await self.list_instances() if i.state is not RuntimeState.RUNNING]
+
     @abc.abstractmethod
     async def logs(self, instance_id: str, *, tail: int = 200) -> str:
         """The instance's own output (its services and agent)."""
@@ -213,6 +220,11 @@ async def probe_health(backend: Backend, instance_id: str, *, known: BackendInst
         )
         detail += f": {state.detail}" if state.detail else ""
         return Health(ok=False, checks={"container": HealthCheck(ok=False, detail=detail)})
+    return await probe_agent(backend, instance_id)
+
+
+async def probe_agent(backend: Backend, instance_id: str) -> Health:
+    """The agent's deep probes of an instance taken to be running (a failure does not tell whether it still is)."""
     container = HealthCheck(ok=True, detail="running")
     try:
         report = await backend.agent(instance_id).health(deadline=10)

@@ -12,7 +12,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox.backends.base import BackendInstance, RuntimeState, probe_health
+from sandbox.backends.base import BackendInstance, RuntimeState, probe_agent, probe_health
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxState
 from sandbox.observability.metrics import FailureCause
@@ -213,7 +213,10 @@ class Lifecycle:
                 await self.service.expire(record, ended)
 
     async def check_health(self, *, spread_s: float = 0.0) -> None:
-        """Engine state of every sandbox in one listing, then deep probes of the running ones.
+        """The engine's listing of the instances that are not running, then deep probes of the others.
+
+        Only the stopped ones are listed: with hundreds running, listing them all each round cost the engine more
+        than the probes. A running sandbox's agent answers for it, and one that does not is inspected.
 
         ``spread_s``: the deep probes start evenly over this long, ``probe_concurrency`` at a time, instead of all
         at once: hundreds of idle sandboxes then cost a steady trickle, not a wave every interval that the steps in
@@ -221,46 +224,51 @@ class Lifecycle:
         batch shares it.) Each sandbox keeps its place in the order of the records, so it is probed about once per
         interval.
         """
-        # Records first: every instance they name was started before they were saved, so the listing
-        # taken after them shows it; the other way round, a sandbox created in between looks dead.
+        # Records first: every instance they name was started before they were saved, so the listing taken after
+        # them shows each as it is now.
         records = await self._records()
-        listing = {s.id: s for s in await self.service.backend.list_instances()}
+        stopped = {s.id: s for s in await self.service.backend.list_not_running()}
         checks, probes = [], []
         for record in records:
             if record.state is not SandboxState.RUNNING or record.id in self._probing:
                 continue
-            engine = listing.get(record.instance)
-            if engine is not None and engine.state is RuntimeState.PAUSED:
-                continue  # a snapshot is being taken (docker commit pauses it): judged on the next round
-            if engine is None or engine.state is not RuntimeState.RUNNING:
-                state = "gone" if engine is None else f"{engine.state.value} (exit code {engine.exit_code})"
-                state += f": {engine.detail}" if engine is not None and engine.detail else ""
-                cause: FailureCause = "container_gone" if engine is None else "container_exited"
-                checks.append(self._fail(record, f"its container is {state}", cause))
-            else:
-                probes.append((record, engine))
+            engine = stopped.get(record.instance)
+            if engine is None:
+                probes.append(record)
+            elif engine.state is not RuntimeState.PAUSED:  # paused: a snapshot is being taken (docker commit)
+                checks.append(self._fail(record, *_stopped(engine)))
         await asyncio.gather(*checks, self._probe_all(probes, spread_s))
 
-    async def _probe_all(self, probes: list[tuple[SandboxRecord, BackendInstance]], spread_s: float) -> None:
+    async def _probe_all(self, probes: list[SandboxRecord], spread_s: float) -> None:
         batch = self.settings.probe_concurrency
         semaphore = asyncio.Semaphore(batch)
         loop = asyncio.get_running_loop()
         gap, start = spread_s / max(-(-len(probes) // batch), 1), loop.time()
         started = []
-        for i, (record, engine) in enumerate(probes):
+        for i, record in enumerate(probes):
             wait = start + (i // batch) * gap - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
-            started.append(asyncio.create_task(self._probe(record, engine, semaphore)))
+            started.append(asyncio.create_task(self._probe(record, semaphore)))
         await asyncio.gather(*started)
 
-    async def _probe(self, record: SandboxRecord, engine: BackendInstance, semaphore: asyncio.Semaphore) -> None:
+    async def _probe(self, record: SandboxRecord, semaphore: asyncio.Semaphore) -> None:
+        backend = self.service.backend
         async with semaphore:
-            health = await probe_health(self.service.backend, record.instance, known=engine)
-            if not health.ok:  # the container may have died since the listing: say so if it did
-                health = await probe_health(self.service.backend, record.instance)
-        if not health.ok and await self._still_runs(record):
+            health = await probe_agent(backend, record.instance)
+            if health.ok:
+                return
+            engine = await backend.inspect(record.instance)  # it may have stopped since the listing, or be gone
+            if engine.state is RuntimeState.RUNNING:
+                health = await probe_health(backend, record.instance, known=engine)  # a second chance
+        if engine.state is RuntimeState.PAUSED or (engine.state is RuntimeState.RUNNING and health.ok):
+            return
+        if not await self._still_runs(record):
+            return
+        if engine.state is RuntimeState.RUNNING:
             await self._fail(record, reason(health), "probe_failed")
+        else:
+            await self._fail(record, *_stopped(engine))
 
     async def _still_runs(self, record: SandboxRecord) -> bool:
         """Whether the sandbox still runs the instance probed: a round that lasts seconds sees sandboxes deleted,
@@ -326,6 +334,15 @@ class Lifecycle:
                 await store.remove(record.pool, instance)
         await service.collect_snapshot_images(min_age_s=max(grace, SNAPSHOT_GRACE_S))
         await service.collect_task_snapshots()  # unused ones: their records, warm instances and images
+
+
+def _stopped(engine: BackendInstance) -> tuple[str, FailureCause]:
+    """Why an instance that is not running failed, and the failure's cause for the metrics."""
+    if engine.state is RuntimeState.MISSING:
+        return "its container is gone", "container_gone"
+    state = f"{engine.state.value} (exit code {engine.exit_code})"
+    state += f": {engine.detail}" if engine.detail else ""
+    return f"its container is {state}", "container_exited"
 
 
 def _unused(

@@ -38,6 +38,28 @@ async def test_create_list_logs_destroy_leaves_nothing(backend: DockerBackend) -
     await backend.destroy(sandbox_id)  # idempotent
 
 
+async def test_the_listing_of_instances_not_running_shows_paused_and_stopped_ones_only(backend: DockerBackend) -> None:
+    sandbox_id = f"stop-{secrets.token_hex(4)}"
+    spec = SandboxSpec.model_validate({"kind": "terminal", "labels": TEST_LABEL})
+    await backend.create(sandbox_id, spec)
+    ref = backend.container_name(sandbox_id)
+    try:
+        assert sandbox_id not in {s.id for s in await backend.list_not_running()}, "a running instance is listed"
+        await asyncio.to_thread(backend.client.api.pause, ref)
+        try:
+            paused = {s.id: s for s in await backend.list_not_running()}
+            assert paused[sandbox_id].state is RuntimeState.PAUSED
+        finally:
+            await asyncio.to_thread(backend.client.api.unpause, ref)
+        await asyncio.to_thread(backend.client.api.kill, ref)
+        stopped = {s.id: s for s in await backend.list_not_running()}
+        assert stopped[sandbox_id].state is RuntimeState.EXITED and stopped[sandbox_id].exit_code == 137
+        assert set(stopped) <= {s.id for s in await backend.list_instances()}
+    finally:
+        await backend.destroy(sandbox_id)
+    assert sandbox_id not in {s.id for s in await backend.list_not_running()}
+
+
 async def test_missing_image_fails_clearly_and_leaves_nothing(backend: DockerBackend) -> None:
     sandbox_id = f"noimg-{secrets.token_hex(4)}"
     spec = SandboxSpec.model_validate({"kind": "terminal", "image": "sandbox/does-not-exist:latest"})

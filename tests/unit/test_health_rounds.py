@@ -68,7 +68,7 @@ async def test_a_spread_round_starts_its_probes_evenly_over_the_spread(
         started[instance] = loop.time()
         return Health(ok=True, checks={})
 
-    monkeypatch.setattr(lifecycle_module, "probe_health", timed_probe)
+    monkeypatch.setattr(lifecycle_module, "probe_agent", timed_probe)
     try:
         before, spread, batch = loop.time(), 0.6, 2
         settings = LifecycleSettings(probe_concurrency=batch)
@@ -107,6 +107,7 @@ async def test_a_sandbox_deleted_during_a_round_is_not_reported_failed(
     async def mark_failed(record: SandboxRecord, why: str, *, cause: str) -> None:
         reported.append(record.id)
 
+    monkeypatch.setattr(lifecycle_module, "probe_agent", failed_probe)
     monkeypatch.setattr(lifecycle_module, "probe_health", failed_probe)
     monkeypatch.setattr(service, "mark_failed", mark_failed)
     try:

@@ -53,7 +53,7 @@ from sandbox.backends.docker import android_params, disk
 from sandbox.backends.docker import claims as claim_files
 from sandbox.backends.docker.claim_writer import ClaimWriter
 from sandbox.backends.docker.config import DockerConfig
-from sandbox.backends.docker.describe import describe, from_summary, timestamp
+from sandbox.backends.docker.describe import NOT_RUNNING, describe, from_summary, timestamp
 from sandbox.backends.docker.engine_client import connect
 from sandbox.backends.docker.networks import InternalNetworks
 from sandbox.backends.docker.teardown import TeardownLane, engine_needs_lane, run_to_exit, stop_now
@@ -343,6 +343,14 @@ class DockerBackend(Backend):
         filters = {"label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"]}
         # The low-level listing: containers.list() inspects each one and fails when one goes meanwhile.
         summaries = await _call("list instances", self.client.api.containers, all=True, filters=filters)
+        return [from_summary(s) for s in summaries if LABEL_INSTANCE in (s.get("Labels") or {})]
+
+    async def list_not_running(self) -> list[BackendInstance]:
+        filters = {
+            "label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"],
+            "status": NOT_RUNNING,
+        }
+        summaries = await _call("list stopped instances", self.client.api.containers, all=True, filters=filters)
         return [from_summary(s) for s in summaries if LABEL_INSTANCE in (s.get("Labels") or {})]
 
     async def logs(self, instance_id: str, *, tail: int = 200) -> str:

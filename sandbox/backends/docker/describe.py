@@ -36,6 +36,10 @@ def timestamp(raw: str) -> float:
     return 0.0
 
 
+NOT_RUNNING = ["created", "restarting", "removing", "paused", "exited", "dead"]
+"""Every container status but ``running``, as the engine's listing filters name them."""
+
+
 def from_summary(summary: dict[str, Any]) -> BackendInstance:
     labels = dict(summary.get("Labels") or {})
     status = str(summary.get("State", ""))
