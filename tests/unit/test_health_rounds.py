@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
-from sandbox.backends.base import Backend, BackendInstance
+from sandbox.backends.base import Backend, BackendInstance, RuntimeState
 from sandbox.models import Exec, Health, HealthCheck, SandboxSpec, SandboxState
 from sandbox.service import SandboxService
 from sandbox.service import lifecycle as lifecycle_module
@@ -117,6 +118,42 @@ async def test_a_sandbox_deleted_during_a_round_is_not_reported_failed(
         await service.delete(ALICE, failing.id)
     assert deleted.id not in reported, "a sandbox deleted during the round was reported failed"
     assert reported.count(failing.id) == 1, "a sandbox that still runs and fails its probe is reported"
+
+
+async def test_a_sandbox_paused_during_its_probe_is_judged_next_round(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`docker commit` pauses a container while a snapshot is taken: its agent stops answering for that long."""
+    info = await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "paused-mid-probe"}))
+    instance = (await _record(service, info.id)).instance
+    inspect, reported, probed = service.backend.inspect, [], []
+
+    async def frozen(backend: Backend, instance_id: str, *, known: BackendInstance | None = None) -> Health:
+        if instance_id != instance:
+            return Health(ok=True, checks={})
+        probed.append(instance_id)
+        return Health(ok=False, checks={"agent": HealthCheck(ok=False, detail="no answer within 10 s")})
+
+    async def paused(instance_id: str) -> BackendInstance:  # paused after the round's listing, during the probe
+        engine = await inspect(instance_id)
+        return replace(engine, state=RuntimeState.PAUSED) if instance_id in probed else engine
+
+    async def mark_failed(record: SandboxRecord, why: str, *, cause: str) -> None:
+        reported.append(record.id)
+
+    monkeypatch.setattr(lifecycle_module, "probe_agent", frozen)
+    monkeypatch.setattr(service.backend, "inspect", paused)
+    monkeypatch.setattr(service, "mark_failed", mark_failed)
+    try:
+        await Lifecycle(service, LifecycleSettings(), logger=LOGGER).check_health()
+        assert probed and reported == [], "a paused sandbox was reported failed"
+        monkeypatch.setattr(service.backend, "inspect", inspect)  # unpaused, and its agent still does not answer
+        monkeypatch.setattr(lifecycle_module, "probe_health", frozen)
+        await Lifecycle(service, LifecycleSettings(), logger=LOGGER).check_health()
+        assert reported == [info.id], "a running sandbox whose agent does not answer is reported"
+    finally:
+        monkeypatch.undo()
+        await service.delete(ALICE, info.id)
 
 
 async def _record(service: SandboxService, sandbox_id: str) -> SandboxRecord:
