@@ -217,11 +217,14 @@ async def test_reconciliation_leaves_a_claim_in_progress_alone(service: SandboxS
     assert await service.instances.claim_warm(key, "sb-test-3") == instance
     settings = LifecycleSettings(orphan_grace_s=60)
     lifecycle = Lifecycle(service, settings, logger=LOGGER)
-    await lifecycle.tick()  # adopts nothing, marks the epoch
-    for _ in range(3):
-        await lifecycle.reconcile()
-    assert (await service.backend.inspect(instance)).state.value == "running"
-    await service.instances.retire(instance)
+    try:
+        await lifecycle.tick()  # adopts nothing, marks the epoch
+        for _ in range(3):
+            await lifecycle.reconcile()
+        assert (await service.backend.inspect(instance)).state.value == "running"
+    finally:
+        await lifecycle.stop()  # and the health round the tick started
+        await service.instances.retire(instance)
 
 
 async def test_a_stop_during_a_warm_start_leaves_no_instance(service: SandboxService) -> None:
@@ -268,9 +271,12 @@ async def test_a_wiped_store_adopts_held_sandboxes_instead_of_reaping_them(servi
         with pytest.raises(Unavailable, match="lost its records"):
             await replica.get(ALICE, info.id)
         lifecycle = Lifecycle(replica, LifecycleSettings(orphan_grace_s=0), logger=LOGGER)
-        await lifecycle.tick()
-        for _ in range(3):
-            await lifecycle.reconcile()
+        try:
+            await lifecycle.tick()
+            for _ in range(3):
+                await lifecycle.reconcile()
+        finally:
+            await lifecycle.stop()  # and the health round the tick started
         adopted = await replica.get(ALICE, info.id)
         assert adopted.state is SandboxState.RUNNING and adopted.tenant == ALICE.tenant
         assert abs(adopted.expires_at - info.expires_at) < 1
@@ -302,6 +308,7 @@ async def test_a_slow_start_is_reaped_only_when_its_replica_is_dead(
         running = (await service.backend.inspect(instance)).state.value == "running"
         assert running is starter_alive, f"alive={starter_alive}: the slow start was {'kept' if running else 'reaped'}"
     finally:
+        await lifecycle.stop()  # and the health round the tick started
         await service.store.unlock(replica_lock("replica-elsewhere"), "replica-elsewhere")
         await service.instances.retire(instance)
 
