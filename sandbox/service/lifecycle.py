@@ -12,7 +12,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox.backends.base import BackendInstance, RuntimeState, probe_agent, probe_health
+from sandbox.backends.base import BackendInstance, RuntimeState, probe_agent
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxState
 from sandbox.observability.metrics import FailureCause
@@ -260,15 +260,11 @@ class Lifecycle:
                 return
             engine = await backend.inspect(record.instance)  # it may have stopped since the listing, or be gone
             if engine.state is RuntimeState.RUNNING:
-                health = await probe_health(backend, record.instance, known=engine)  # a second chance
-        if engine.state is RuntimeState.PAUSED or (engine.state is RuntimeState.RUNNING and health.ok):
+                health = await probe_agent(backend, record.instance)  # a second chance
+        if health.ok or engine.state is RuntimeState.PAUSED or not await self._still_runs(record):
             return
-        if not await self._still_runs(record):
-            return
-        if engine.state is RuntimeState.RUNNING:
-            await self._fail(record, reason(health), "probe_failed")
-        else:
-            await self._fail(record, *_stopped(engine))
+        running = engine.state is RuntimeState.RUNNING
+        await self._fail(record, *((reason(health), "probe_failed") if running else _stopped(engine)))
 
     async def _still_runs(self, record: SandboxRecord) -> bool:
         """Whether the sandbox still runs the instance probed: a round that lasts seconds sees sandboxes deleted,

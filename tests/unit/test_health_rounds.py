@@ -109,7 +109,6 @@ async def test_a_sandbox_deleted_during_a_round_is_not_reported_failed(
         reported.append(record.id)
 
     monkeypatch.setattr(lifecycle_module, "probe_agent", failed_probe)
-    monkeypatch.setattr(lifecycle_module, "probe_health", failed_probe)
     monkeypatch.setattr(service, "mark_failed", mark_failed)
     try:
         await Lifecycle(service, LifecycleSettings(), logger=LOGGER).check_health(spread_s=0.2)
@@ -148,7 +147,6 @@ async def test_a_sandbox_paused_during_its_probe_is_judged_next_round(
         await Lifecycle(service, LifecycleSettings(), logger=LOGGER).check_health()
         assert probed and reported == [], "a paused sandbox was reported failed"
         monkeypatch.setattr(service.backend, "inspect", inspect)  # unpaused, and its agent still does not answer
-        monkeypatch.setattr(lifecycle_module, "probe_health", frozen)
         await Lifecycle(service, LifecycleSettings(), logger=LOGGER).check_health()
         assert reported == [info.id], "a running sandbox whose agent does not answer is reported"
     finally:

@@ -340,17 +340,15 @@ class DockerBackend(Backend):
         return describe(container)
 
     async def list_instances(self) -> list[BackendInstance]:
-        filters = {"label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"]}
-        # The low-level listing: containers.list() inspects each one and fails when one goes meanwhile.
-        summaries = await _call("list instances", self.client.api.containers, all=True, filters=filters)
-        return [from_summary(s) for s in summaries if LABEL_INSTANCE in (s.get("Labels") or {})]
+        return await self._list("list instances")
 
     async def list_not_running(self) -> list[BackendInstance]:
-        filters = {
-            "label": [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"],
-            "status": NOT_RUNNING,
-        }
-        summaries = await _call("list stopped instances", self.client.api.containers, all=True, filters=filters)
+        return await self._list("list stopped instances", status=NOT_RUNNING)
+
+    async def _list(self, what: str, **filters: list[str]) -> list[BackendInstance]:
+        owned = [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"]
+        # The low-level listing: containers.list() inspects each one and fails when one goes meanwhile.
+        summaries = await _call(what, self.client.api.containers, all=True, filters={"label": owned, **filters})
         return [from_summary(s) for s in summaries if LABEL_INSTANCE in (s.get("Labels") or {})]
 
     async def logs(self, instance_id: str, *, tail: int = 200) -> str:
