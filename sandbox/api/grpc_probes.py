@@ -20,9 +20,13 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SandboxService"].full_name
 READINESS_EVERY_S = 2.0
 
 
-def add_probes(server: grpc.aio.Server) -> HealthServicer:
-    """Register health and reflection on ``server`` (before it starts); everything starts NOT_SERVING."""
+async def add_probes(server: grpc.aio.Server) -> HealthServicer:
+    """Register health and reflection on ``server`` (before it starts). The server and the API start NOT_SERVING
+    until the first readiness report: the stock servicer would call the server SERVING and answer NOT_FOUND for the
+    API, which a probe or a client waiting for SERVING reads as an error, not as "not yet"."""
     health = HealthServicer()
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     names = (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(names, server)

@@ -375,7 +375,7 @@ async def bind_grpc_server(
         service=service, tokens=tokens, logger=logger, preview=preview, step_streams=step_streams
     )
     add_tolerant_servicer(servicer, server, pb_grpc.add_SandboxServiceServicer_to_server)
-    health = add_probes(server)
+    health = await add_probes(server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     cause: RuntimeError | None = None
     try:

@@ -10,6 +10,7 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from sandbox.api.grpc_probes import add_probes
 from sandbox.errors import Unavailable
 from sandbox.service import SandboxService
 from tests.polling import eventually
@@ -25,9 +26,8 @@ async def _health(target: str, service: str) -> int:
 
 async def test_health_is_serving_for_the_server_and_the_api(target: str) -> None:
     serving = health_pb2.HealthCheckResponse.SERVING
-    await eventually(lambda: _health(target, ""), 10, "the first readiness report")
+    await eventually(lambda: _is(target, serving), 10, "the first readiness report")
     assert await _health(target, "") == serving
-    assert await _health(target, API) == serving
 
 
 async def test_reflection_lists_the_api_and_describes_its_methods(target: str) -> None:
@@ -72,3 +72,17 @@ async def test_a_backend_that_does_not_answer_makes_the_replica_not_ready(
 
 async def _is(target: str, status: int) -> bool:
     return await _health(target, API) == status
+
+
+async def test_before_the_first_readiness_report_the_api_is_not_serving_rather_than_unknown() -> None:
+    server = grpc.aio.server()
+    await add_probes(server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        target = f"127.0.0.1:{port}"
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        assert await _health(target, "") == not_serving
+        assert await _health(target, API) == not_serving
+    finally:
+        await server.stop(None)
