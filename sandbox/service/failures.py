@@ -22,7 +22,12 @@ def reason(health: Health) -> str:
 
 class FailureOps(ServiceCore):
     async def mark_failed(self, record: SandboxRecord, why: str, *, cause: FailureCause) -> None:
-        """The instance ``record`` names failed: say so, and recover it when its client asked for auto_recover."""
+        """The instance ``record`` names failed: say so, and recover it when its client asked for auto_recover.
+        A failure seen on an instance that is no longer the sandbox's (a reset, a recovery, a delete or an expiry
+        came first while the caller probed it) is nobody's news: no event, no metric, no change."""
+        fresh = await self._read(record.id)
+        if fresh is None or fresh.instance != record.instance or fresh.state is SandboxState.EXPIRED:
+            return
         self.metrics.health_failure(record.spec.kind, cause)
         self._event("sandbox_failed", record, reason=why)
         if record.spec.auto_recover:

@@ -56,6 +56,10 @@ def _pause_agent_call(service: SandboxService, instance: str, method: str) -> tu
     return entered, release
 
 
+def _failures_reported(service: SandboxService, sandbox_id: str) -> list[dict[str, Any]]:
+    return [e for e in service.events if e["event"] == "sandbox_failed" and e["sandbox_id"] == sandbox_id]
+
+
 async def _in_flight(call: Awaitable[Any]) -> asyncio.Task[Any]:
     return asyncio.ensure_future(call)
 
@@ -74,6 +78,7 @@ async def test_a_step_failing_during_a_reset_does_not_undo_the_reset(service: Sa
             await step
         after = await _record(service, info.id)
         assert after.instance != before and after.state is SandboxState.RUNNING, after
+        assert not _failures_reported(service, info.id), "the old instance's failure was reported as the sandbox's"
         assert (await service.exec(ALICE, info.id, Exec(cmd="echo alive"))).stdout == "alive\n"
     finally:
         await service.delete(ALICE, info.id)
@@ -91,6 +96,7 @@ async def test_a_step_failing_during_a_delete_does_not_bring_the_sandbox_back(se
     with pytest.raises((Unavailable, FailedPrecondition)):
         await step
     assert await service.store.get(SANDBOXES, info.id) is None, "a deleted sandbox came back"
+    assert not _failures_reported(service, info.id), "a deleted sandbox was reported failed"
 
 
 async def test_a_health_report_read_before_a_reset_does_not_mark_the_new_instance(service: SandboxService) -> None:
@@ -101,6 +107,9 @@ async def test_a_health_report_read_before_a_reset_does_not_mark_the_new_instanc
         await service.mark_failed(stale, "agent: does not answer", cause="probe_failed")
         after = await _record(service, info.id)
         assert after.state is SandboxState.RUNNING and after.instance != stale.instance, after
+        assert not _failures_reported(service, info.id), "a report on the instance before the reset was counted"
+        await service.mark_failed(after, "agent: does not answer", cause="probe_failed")
+        assert len(_failures_reported(service, info.id)) == 1, "a failure of the current instance is reported"
     finally:
         await service.delete(ALICE, info.id)
 
