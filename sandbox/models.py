@@ -24,6 +24,7 @@ from sandbox.models_android import LongPress, OpenApp, Swipe, Tap
 
 MAX_LEASE_S = 7 * 24 * 3600
 """The longest lease (seconds): the limit of ``SandboxSpec.ttl_s`` and ``idle_timeout_s``, and of a renewal."""
+GROUP_MAX = 1024  # the most sandboxes one group create makes
 
 
 class SandboxKind(enum.StrEnum):

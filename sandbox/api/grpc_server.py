@@ -133,6 +133,14 @@ class SandboxServicer:
         return convert.info_to_proto(await self._service.create(principal, spec))
 
     @_unary
+    async def CreateSandboxes(
+        self, principal: Principal, request: pb.CreateSandboxesRequest
+    ) -> pb.CreateSandboxesResponse:
+        spec = convert.spec_from_proto(request.spec)
+        infos = await self._service.create_group(principal, spec, request.count)
+        return pb.CreateSandboxesResponse(sandboxes=[convert.info_to_proto(i) for i in infos])
+
+    @_unary
     async def GetSandbox(self, principal: Principal, request: pb.GetSandboxRequest) -> pb.SandboxInfo:
         return convert.info_to_proto(await self._service.get(principal, request.sandbox_id))
 

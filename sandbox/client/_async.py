@@ -65,6 +65,12 @@ class AsyncClient:
         ``snapshot`` to start from one, the lease (``ttl_s``, ``idle_timeout_s``: None is never), ``auto_recover``)."""
         return AsyncSandbox(self, await self._run(_ops.create(kind, spec)))
 
+    async def create_group(self, count: int, kind: str, **spec: Any) -> builtins.list[AsyncSandbox]:
+        """``count`` sandboxes of one spec (a rollout group), made at once in one call: all of them, or none (when
+        one cannot be made, the others are deleted and its error raised). ``spec`` as for ``create``."""
+        infos = await self._run(_ops.create_group(count, kind, spec))
+        return [AsyncSandbox(self, info) for info in infos]
+
     async def get(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on an existing sandbox (closing it deletes the sandbox)."""
         return AsyncSandbox(self, await self._run(_ops.get(sandbox_id)))

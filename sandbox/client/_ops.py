@@ -26,7 +26,7 @@ import grpc
 from pydantic import ValidationError
 
 from sandbox import models
-from sandbox.errors import InternalError, NotFound, SandboxError
+from sandbox.errors import InternalError, InvalidArgument, NotFound, SandboxError
 from sandbox.preview_models import UrlRequest
 from sandbox.wire import convert
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
@@ -150,6 +150,15 @@ def create(kind: str, spec: Mapping[str, Any]) -> Op[models.SandboxInfo]:
     full = convert.validate(models.SandboxSpec, {**spec, "kind": kind}, what="spec")
     reply = yield Call("CreateSandbox", pb.CreateSandboxRequest(spec=convert.spec_to_proto(full)))
     return convert.info_from_proto(reply)
+
+
+def create_group(count: int, kind: str, spec: Mapping[str, Any]) -> Op[list[models.SandboxInfo]]:
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= models.GROUP_MAX:
+        raise InvalidArgument(f"count must be an integer from 1 to {models.GROUP_MAX}, not {count!r}")
+    full = convert.validate(models.SandboxSpec, {**spec, "kind": kind}, what="spec")
+    request = pb.CreateSandboxesRequest(spec=convert.spec_to_proto(full), count=count)
+    reply = yield Call("CreateSandboxes", request)
+    return [convert.info_from_proto(info) for info in reply.sandboxes]
 
 
 def get(sandbox_id: str) -> Op[models.SandboxInfo]:

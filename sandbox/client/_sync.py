@@ -56,6 +56,11 @@ class Client:
         ``snapshot`` to start from one, the lease (``ttl_s``, ``idle_timeout_s``: None is never), ``auto_recover``)."""
         return Sandbox(self, self._run(_ops.create(kind, spec)))
 
+    def create_group(self, count: int, kind: str, **spec: Any) -> builtins.list[Sandbox]:
+        """``count`` sandboxes of one spec (a rollout group), made at once in one call: all of them, or none (when
+        one cannot be made, the others are deleted and its error raised). ``spec`` as for ``create``."""
+        return [Sandbox(self, info) for info in self._run(_ops.create_group(count, kind, spec))]
+
     def get(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox (closing it deletes the sandbox)."""
         return Sandbox(self, self._run(_ops.get(sandbox_id)))

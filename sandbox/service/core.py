@@ -86,6 +86,8 @@ class ServiceCore:
         self.output = OutputTails()
         """The tail of each sandbox's recent command output (the web view's terminal cards)."""
         self.events: deque[dict[str, Any]] = deque(maxlen=1000)
+        self._undoing: set[asyncio.Task[None]] = set()
+        """Deletions of the sandboxes of a cancelled ``create_group``, still running."""
         self.epoch: str | None = None
         """The store's epoch as this replica last saw it; see ``records.EPOCH``."""
 

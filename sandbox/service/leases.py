@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Sequence
 
 from sandbox.errors import InvalidArgument, SandboxError
-from sandbox.models import MAX_LEASE_S, SandboxInfo, SandboxKind, SandboxSpec, SandboxState
+from sandbox.models import GROUP_MAX, MAX_LEASE_S, SandboxInfo, SandboxKind, SandboxSpec, SandboxState
 from sandbox.observability.metrics import note_kind
 from sandbox.service.auth import Principal
 from sandbox.service.core import _ids, timed
@@ -44,6 +46,35 @@ class LeaseOps(FailureOps):
         await self._publish_claim(record)
         self._log.info("created sandbox %s on %s", sandbox_id, instance, extra=_ids(record))
         return record.info()
+
+    @timed("create_group")
+    async def create_group(self, principal: Principal, spec: SandboxSpec, count: int) -> list[SandboxInfo]:
+        """``count`` sandboxes of one spec in one call (a rollout group), made at once: all of them, or none.
+        When one cannot be made, the others are deleted and its error raised; when the call is cancelled (its
+        client gone), the creates run to their end and what they made is deleted."""
+        if not 1 <= count <= GROUP_MAX:
+            raise InvalidArgument(f"count must be 1 to {GROUP_MAX}, not {count}")
+        creates = [asyncio.ensure_future(self.create(principal, spec)) for _ in range(count)]
+        try:
+            await asyncio.wait(creates)  # unlike gather, a cancelled wait leaves the creates running
+        except asyncio.CancelledError:
+            undo = asyncio.create_task(self._delete_made(principal, creates))
+            self._undoing.add(undo)
+            undo.add_done_callback(self._undoing.discard)
+            raise
+        failed = [e for e in map(_failure, creates) if e is not None]
+        if failed:
+            await self._delete_made(principal, creates)
+            raise failed[0]
+        return [create.result() for create in creates]
+
+    async def _delete_made(self, principal: Principal, creates: Sequence[asyncio.Future[SandboxInfo]]) -> None:
+        await asyncio.wait(creates)
+        made = [create.result() for create in creates if _failure(create) is None]
+        deleted = await asyncio.gather(*(self.delete(principal, info.id) for info in made), return_exceptions=True)
+        for info, outcome in zip(made, deleted, strict=True):
+            if isinstance(outcome, BaseException):
+                self._log.warning("deleting %s of an unfinished group failed: %s", info.id, outcome)
 
     @timed("get")
     async def get(self, principal: Principal, sandbox_id: str) -> SandboxInfo:
@@ -166,6 +197,12 @@ class LeaseOps(FailureOps):
     async def close(self) -> None:
         """Stop serving. Sandboxes live on in the store and the engine for the next start; instances this
         replica was starting for its pools are removed (none is left that nobody holds)."""
+        if self._undoing:
+            await asyncio.wait(self._undoing)
         await self.pools.close()
         await self.instances.drain()
         await self.backend.close()
+
+
+def _failure(task: asyncio.Future[SandboxInfo]) -> BaseException | None:
+    return asyncio.CancelledError() if task.cancelled() else task.exception()

@@ -243,6 +243,29 @@ async def test_200_concurrent_steps_over_10_sandboxes(control_plane: ControlPlan
             await asyncio.gather(*(sb.close() for sb in sandboxes))
 
 
+async def test_a_group_is_distinct_containers_made_in_one_call_or_none(control_plane: ControlPlane) -> None:
+    async with AsyncClient(control_plane.grpc_target, token=TOKEN) as client:
+        before = {info.id for info in await client.list()}
+        with pytest.raises(NotFound, match="sandbox images build"):
+            await client.create_group(3, "terminal", image="sandbox/does-not-exist:latest")
+        assert {info.id for info in await client.list()} == before, "a failed group left sandboxes behind"
+        group = await client.create_group(4, "terminal", labels={"t": "group"})
+        try:
+            assert len({sb.id for sb in group}) == 4
+            assert (await group[0].exec("echo mine > /workspace/only-here")).exit_code == 0
+            for sb in group[1:]:
+                assert (await sb.exec("test -e /workspace/only-here")).exit_code == 1, "a group shares a file system"
+        finally:
+            await asyncio.gather(*(sb.close() for sb in group))
+    with Client(control_plane.grpc_target, token=TOKEN) as sync:
+        pair = sync.create_group(2, "terminal")
+        try:
+            assert [sb.exec("echo ok").stdout for sb in pair] == ["ok\n", "ok\n"]
+        finally:
+            for sb in pair:
+                sb.close()
+
+
 def test_gym_env_runs_an_episode_on_a_terminal_sandbox(control_plane: ControlPlane) -> None:
     with Client(control_plane.grpc_target, token=TOKEN) as client:
         env = SandboxEnv(

@@ -46,11 +46,14 @@ def params(fn: Any) -> list[tuple[str, Any, Any]]:
 
 
 def types(fn: Any) -> dict[str, Any]:
-    """The resolved parameter and return types, each async client class as its sync twin."""
-    return {
-        name: SYNC_TWIN.get(hint, hint) if isinstance(hint, type) else hint
-        for name, hint in typing.get_type_hints(fn).items()
-    }
+    """The resolved parameter and return types, each async client class as its sync twin (in ``list[...]`` too)."""
+    return {name: _as_sync(hint) for name, hint in typing.get_type_hints(fn).items()}
+
+
+def _as_sync(hint: Any) -> Any:
+    if typing.get_origin(hint) is list:
+        return list[_as_sync(typing.get_args(hint)[0])]  # type: ignore[misc]
+    return SYNC_TWIN.get(hint, hint) if isinstance(hint, type) else hint
 
 
 @pytest.mark.parametrize(("sync", "asynchronous"), PAIRS, ids=lambda c: c.__name__)

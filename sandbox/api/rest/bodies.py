@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, StrictBool
 
-from sandbox.models import Action, FileInfo, Model, Observation, SandboxInfo, SnapshotInfo
+from sandbox.models import GROUP_MAX, Action, FileInfo, Model, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
 from sandbox.service.snapshots import MAX_WARM, SNAPSHOT_NAME
 from sandbox.trajectories.models import TrajectoryInfo
 
@@ -19,6 +19,11 @@ class StepRequest(Model):
 
 class SandboxList(Model):
     sandboxes: list[SandboxInfo]
+
+
+class GroupRequest(Model):
+    spec: SandboxSpec
+    count: int = Field(ge=1, le=GROUP_MAX, description="How many sandboxes of the spec (a rollout group).")
 
 
 class ResetRequest(Model):

@@ -13,6 +13,7 @@ from sandbox.api.rest.bodies import (
     EpisodeStart,
     FileList,
     FileWritten,
+    GroupRequest,
     ResetRequest,
     Reward,
     SandboxList,
@@ -76,6 +77,17 @@ def router() -> APIRouter:
     async def create_sandbox(spec: SandboxSpec, caller: Caller, service: Service) -> SandboxInfo:
         """A new sandbox of yours, running and healthy."""
         return await service.create(caller, spec)
+
+    @router.post(
+        "/sandboxes:group",
+        status_code=201,
+        responses={**WITH_BODY, **error_responses(404, 409, d404="No such snapshot of yours, or no such image.")},
+        tags=["sandboxes"],
+    )
+    async def create_sandbox_group(body: GroupRequest, caller: Caller, service: Service) -> SandboxList:
+        """``count`` new sandboxes of one spec, made at once: all of them, running and healthy, or none (when one
+        cannot be made, the others are deleted and its error is the answer)."""
+        return SandboxList(sandboxes=await service.create_group(caller, body.spec, body.count))
 
     @router.get("/sandboxes", tags=["sandboxes"])
     async def list_sandboxes(caller: Caller, service: Service) -> SandboxList:
