@@ -18,6 +18,7 @@ from sandbox.cli_demo import demo_app
 from sandbox.cli_tasks import task_app
 from sandbox.cli_trajectories import trajectory_app
 from sandbox.errors import SandboxError
+from sandbox.models import GROUP_MAX
 from sandbox.observability.logs import LogFormat
 
 if TYPE_CHECKING:
@@ -257,10 +258,13 @@ def create(
     cpus: Annotated[float | None, typer.Option(help="CPU cores.")] = None,
     memory_mb: Annotated[int | None, typer.Option(help="Memory limit in MiB.")] = None,
     screen: Annotated[str | None, typer.Option(help="WIDTHxHEIGHT, e.g. 1280x800.")] = None,
+    count: Annotated[
+        int, typer.Option(min=1, max=GROUP_MAX, help="A rollout group of this many, made in one call: all or none.")
+    ] = 1,
     target: TargetOpt = DEFAULT_TARGET,
     token: TokenOpt = None,
 ) -> None:
-    """Create a sandbox and print its id."""
+    """Create a sandbox (or --count of them) and print its id (one a line)."""
     spec: dict[str, Any] = {}
     if image:
         spec["image"] = image
@@ -276,8 +280,9 @@ def create(
         spec["screen"] = {"width": width, "height": height}
     try:
         with _client(target, token) as client:
-            sandbox = client.create(kind=kind, **spec)
-            console.print(sandbox.id)
+            made = client.create_group(count, kind, **spec) if count > 1 else [client.create(kind=kind, **spec)]
+            for sandbox in made:
+                console.print(sandbox.id)
     except SandboxError as e:
         _fail(e)
 

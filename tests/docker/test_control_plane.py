@@ -257,6 +257,9 @@ async def test_a_group_is_distinct_containers_made_in_one_call_or_none(control_p
                 assert (await sb.exec("test -e /workspace/only-here")).exit_code == 1, "a group shares a file system"
         finally:
             await asyncio.gather(*(sb.close() for sb in group))
+
+
+def test_a_group_from_the_sync_client_and_the_cli(control_plane: ControlPlane) -> None:
     with Client(control_plane.grpc_target, token=TOKEN) as sync:
         pair = sync.create_group(2, "terminal")
         try:
@@ -264,6 +267,16 @@ async def test_a_group_is_distinct_containers_made_in_one_call_or_none(control_p
         finally:
             for sb in pair:
                 sb.close()
+        made = subprocess.run(
+            [SANDBOX_BIN, "create", "terminal", "--count", "3"], env=control_plane.env, capture_output=True, text=True
+        )
+        ids = made.stdout.split()
+        try:
+            assert made.returncode == 0 and len(set(ids)) == 3, made.stderr
+            assert {info.id for info in sync.list()} >= set(ids)
+        finally:
+            for sandbox_id in ids:
+                sync.get(sandbox_id).close()
 
 
 def test_gym_env_runs_an_episode_on_a_terminal_sandbox(control_plane: ControlPlane) -> None:
