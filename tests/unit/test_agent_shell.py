@@ -207,7 +207,8 @@ async def test_session_whose_output_file_is_swapped_for_a_fifo_does_not_block_th
     sink = _Output(1000)
     started = time.monotonic()
     assert _read_small(err_path, sink) is False  # left to the thread path, at once
-    assert time.monotonic() - started < 1.0 and sink.size == 0
+    # An open of a FIFO with no writer blocks for good: a bound far above any stall of a loaded machine says so.
+    assert time.monotonic() - started < 10 and sink.size == 0
 
 
 async def test_session_survives_a_timeout(shell: Shell, tmp_path: Path) -> None:

@@ -37,18 +37,25 @@ def test_engines_before_23_and_unknown_ones_need_the_lane(version: str, needed: 
 async def test_calls_take_turns_and_leave_the_worker_threads_free(tmp_path: Path) -> None:
     lane = TeardownLane(str(tmp_path / "lock"))
     intervals: list[Interval] = []
+    release = threading.Event()
 
     def teardown() -> None:
+        release.wait(30)  # the lane stays busy until the engine call below is through
         started = time.monotonic()
-        time.sleep(0.03)
+        time.sleep(0.01)
         intervals.append((started, time.monotonic()))
 
     try:
         queued = asyncio.gather(*(lane.run(teardown) for _ in range(8)))
         await asyncio.sleep(0.01)
-        before = time.monotonic()
-        await asyncio.to_thread(lambda: None)  # an engine call beside a queue of removals
-        assert time.monotonic() - before < 0.1, "the queue of teardowns held the worker threads"
+        try:
+            # An engine call beside a queue of removals. Were the queue waiting in the default executor's threads
+            # (6 on 2 cores), this call would wait for the teardowns, which wait for it: the timeout says so.
+            await asyncio.wait_for(asyncio.to_thread(lambda: None), 20)
+        except TimeoutError:
+            pytest.fail("the queue of teardowns held the worker threads")
+        finally:
+            release.set()
         await queued
     finally:
         lane.close()
