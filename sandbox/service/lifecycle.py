@@ -261,6 +261,8 @@ class Lifecycle:
             engine = await backend.inspect(record.instance)  # it may have stopped since the listing, or be gone
             if engine.state is RuntimeState.RUNNING:
                 health = await probe_agent(backend, record.instance)  # a second chance
+                if not health.ok:  # an engine slower than the agent's death (a kubelet) has its word by now
+                    engine = await backend.inspect(record.instance)
         if health.ok or engine.state is RuntimeState.PAUSED or not await self._still_runs(record):
             return
         running = engine.state is RuntimeState.RUNNING
