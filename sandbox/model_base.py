@@ -3,17 +3,46 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import types
+import typing
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _type_required(schema: dict[str, Any]) -> None:
+    # `type` has a default (a model built in Python needs no tag), but a request's action is told apart by it
+    required = schema.setdefault("required", [])
+    if "type" not in required:
+        required.insert(0, "type")
+
+
 class _Action(Model):
-    pass
+    model_config = ConfigDict(json_schema_extra=_type_required)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        """Refuse ``true``/``false`` where a number goes: pydantic's lax mode would take them as 1 and 0 (a click's
+        ``count: true``), while it must still take ``3.0`` for an integer, as JSON Schema does."""
+        if isinstance(data, dict):
+            for name, value in data.items():
+                field = cls.model_fields.get(name)
+                if isinstance(value, bool) and field is not None and not _takes_bool(field.annotation):
+                    raise ValueError(f"{name} takes no boolean, and {str(value).lower()} is one")
+        return data
+
+
+def _takes_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) in (typing.Union, Annotated):
+        return any(_takes_bool(arg) for arg in typing.get_args(annotation))
+    return False
 
 
 Button = Literal["left", "middle", "right"]
