@@ -27,6 +27,7 @@ from sandbox.api.step_streams import StepStreams
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.service.preview import PreviewLinks, port_url
+from sandbox.service.step_batches import StepOrder
 from sandbox.service.trajectory_ops import RECORD_NEEDS_A_TASK
 from sandbox.trajectories.models import MEDIA_CHUNK_BYTES
 from sandbox.wire import convert
@@ -224,9 +225,25 @@ class SandboxServicer:
             try:
                 response = await self._step(principal, self._parsed("StepStream", request))
             except Exception as e:
-                code, message = self._status(e, "StepStream")
-                response = pb.StepResponse(error=pb.StepError(code=code.value[0], message=message))
+                response = self._failed_step(e, "StepStream")
             yield response
+
+    def _failed_step(self, error: Exception, method: str) -> pb.StepResponse:
+        code, message = self._status(error, method)
+        return pb.StepResponse(error=pb.StepError(code=code.value[0], message=message))
+
+    @_unary
+    async def StepMany(self, principal: Principal, request: pb.StepManyRequest) -> pb.StepManyResponse:
+        orders = [_step_order(i, step) for i, step in enumerate(request.steps)]
+        outcomes = await self._service.step_many(principal, orders)
+        return pb.StepManyResponse(
+            results=[
+                self._failed_step(o, "StepMany")
+                if isinstance(o, SandboxError)
+                else pb.StepResponse(observation=convert.observation_to_proto(o))
+                for o in outcomes
+            ]
+        )
 
     @_unary
     async def Observe(self, principal: Principal, request: pb.ObserveRequest) -> pb.Observation:
@@ -417,3 +434,13 @@ async def start_grpc_server(
         service, tokens, host=host, port=port, logger=logger, preview=preview, step_streams=step_streams
     )
     return server
+
+
+def _step_order(index: int, step: pb.StepRequest) -> StepOrder:
+    """A batch's step as the service takes it; a malformed one names its place in the batch."""
+    if step.HasField("observe") or not step.HasField("action"):
+        raise InvalidArgument(f"steps[{index}]: a batched step needs an action (observe with Observe or a StepStream)")
+    try:
+        return StepOrder(step.sandbox_id, convert.action_from_proto(step.action), step.screenshot)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"steps[{index}]: {e.message}") from e

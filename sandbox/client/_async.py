@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 import grpc
 
 from sandbox.client import _episodes, _ops
 from sandbox.client._episodes import TaskLike
-from sandbox.errors import DeadlineExceeded, Unavailable
+from sandbox.errors import DeadlineExceeded, SandboxError, Unavailable
 from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, Screenshot, SnapshotInfo
 from sandbox.trajectories.models import Trajectory, TrajectoryInfo
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
@@ -70,6 +70,20 @@ class AsyncClient:
         one cannot be made, the others are deleted and its error raised). ``spec`` as for ``create``."""
         infos = await self._run(_ops.create_group(count, kind, spec))
         return [AsyncSandbox(self, info) for info in infos]
+
+    async def step_many(
+        self,
+        steps: Iterable[tuple[AsyncSandbox | str, Action | Mapping[str, Any] | str]],
+        *,
+        screenshot: bool = False,
+    ) -> builtins.list[Observation | SandboxError]:
+        """A step in each of many sandboxes, all at once, in one call (a vectorized environment's step):
+        ``steps`` pairs a sandbox (or its id) with its action, one step a sandbox, at most 1024. The answers come in
+        the steps' order, each the step's observation or its error, returned, not raised (like ``asyncio.gather``'s
+        ``return_exceptions``): one sandbox failing fails no other. A malformed batch raises InvalidArgument before
+        any step is done."""
+        pairs = [(sb.id if isinstance(sb, AsyncSandbox) else sb, action) for sb, action in steps]
+        return await self._run(_ops.step_many(pairs, screenshot=screenshot))
 
     async def get(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on an existing sandbox (closing it deletes the sandbox)."""

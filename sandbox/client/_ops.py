@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from sandbox import models
 from sandbox.errors import InternalError, InvalidArgument, NotFound, SandboxError
 from sandbox.preview_models import UrlRequest
+from sandbox.step_batches import check_step_batch
 from sandbox.wire import convert
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.limits import MESSAGE_SIZE_OPTIONS, call_deadline
@@ -246,6 +247,30 @@ def step(
     request, budget = checked_step(sandbox_id, action, screenshot=screenshot)
     reply = yield Call("Step", request, min_timeout=budget)
     return step_result(reply)
+
+
+def step_many(
+    steps: Sequence[tuple[str, models.Action | Mapping[str, Any] | str]], *, screenshot: bool
+) -> Op[list[models.Observation | SandboxError]]:
+    check_step_batch([sandbox_id for sandbox_id, _ in steps])
+    checked = []
+    for i, (sandbox_id, action) in enumerate(steps):
+        try:
+            checked.append(checked_step(sandbox_id, action, screenshot=screenshot))
+        except InvalidArgument as e:
+            raise InvalidArgument(f"steps[{i}]: {e.message}") from e
+    request = pb.StepManyRequest(steps=[step for step, _ in checked])
+    reply = yield Call("StepMany", request, min_timeout=max((budget for _, budget in checked), default=0.0))
+    if len(reply.results) != len(steps):
+        raise InternalError(f"the server answered {len(reply.results)} steps of a batch of {len(steps)}")
+    return [_outcome(result) for result in reply.results]
+
+
+def _outcome(reply: pb.StepResponse) -> models.Observation | SandboxError:
+    try:
+        return step_result(reply)
+    except SandboxError as e:
+        return e
 
 
 def observe_step_request(sandbox_id: str, *, format: str, quality: int) -> pb.StepRequest:

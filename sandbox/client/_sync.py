@@ -10,14 +10,14 @@ from __future__ import annotations
 import builtins
 import os
 import queue
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 import grpc
 
 from sandbox.client import _episodes, _ops
 from sandbox.client._episodes import TaskLike
-from sandbox.errors import Unavailable
+from sandbox.errors import SandboxError, Unavailable
 from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, Screenshot, SnapshotInfo
 from sandbox.trajectories.models import Trajectory, TrajectoryInfo
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
@@ -60,6 +60,20 @@ class Client:
         """``count`` sandboxes of one spec (a rollout group), made at once in one call: all of them, or none (when
         one cannot be made, the others are deleted and its error raised). ``spec`` as for ``create``."""
         return [Sandbox(self, info) for info in self._run(_ops.create_group(count, kind, spec))]
+
+    def step_many(
+        self,
+        steps: Iterable[tuple[Sandbox | str, Action | Mapping[str, Any] | str]],
+        *,
+        screenshot: bool = False,
+    ) -> builtins.list[Observation | SandboxError]:
+        """A step in each of many sandboxes, all at once, in one call (a vectorized environment's step):
+        ``steps`` pairs a sandbox (or its id) with its action, one step a sandbox, at most 1024. The answers come in
+        the steps' order, each the step's observation or its error, returned, not raised (like ``asyncio.gather``'s
+        ``return_exceptions``): one sandbox failing fails no other. A malformed batch raises InvalidArgument before
+        any step is done."""
+        pairs = [(sb.id if isinstance(sb, Sandbox) else sb, action) for sb, action in steps]
+        return self._run(_ops.step_many(pairs, screenshot=screenshot))
 
     def get(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox (closing it deletes the sandbox)."""

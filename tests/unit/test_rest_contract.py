@@ -55,6 +55,12 @@ CHECKED_BEYOND_THE_SCHEMA = {
 }
 """The operations whose input has rules no JSON Schema can state: a 422 from them, for a request the schema allows,
 is the server doing its job. Every other operation must accept what its schema allows."""
+ANSWERED_PER_ITEM = {"POST /v1/sandboxes:step": "step_many_v1_sandboxes_step_post"}
+"""Operations (label: id) that answer a part of the input the schema refuses in a successful reply, item by item: a
+batch answers a step whose action breaks a rule checked where the step is done (an exec's empty argv: the agent's)
+in that step's result, 200 for the call, as it answers every step that fails (what the models refuse, it refuses for
+the whole batch: 422). Schemathesis's negative-data check does not apply to them; the positive one takes a 422, as
+for the operations above (each step's action has the single step's rules)."""
 LOGGER = logging.getLogger("sandbox.test.contract")
 
 Message = dict[str, Any]
@@ -176,6 +182,8 @@ def _failures(recorder: ScenarioRecorder, found: dict[tuple[str, str, str], str]
             info = check.failure_info
             if info is None:
                 continue
+            if check.name == "negative_data_rejection" and recorder.label in ANSWERED_PER_ITEM:
+                continue
             failure = info.failure
             key = (recorder.label, check.name, failure.title)
             found.setdefault(key, f"{failure.message.strip()}\n    {info.code_sample}")
@@ -192,7 +200,11 @@ def test_rest_api_keeps_its_contract(hosted: HostedApp) -> None:
                 {
                     "include-operation-id": list(CHECKED_BEYOND_THE_SCHEMA),
                     "checks": {"positive_data_acceptance": {"expected-statuses": [*ACCEPTANCE, "422"]}},
-                }
+                },
+                {
+                    "include-operation-id": list(ANSWERED_PER_ITEM.values()),
+                    "checks": {"positive_data_acceptance": {"expected-statuses": [*ACCEPTANCE, "422"]}},
+                },
             ],
         }
     )

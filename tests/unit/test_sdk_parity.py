@@ -4,8 +4,11 @@ its sync twin); the async ones are coroutines (or async context managers), the s
 
 from __future__ import annotations
 
+import functools
 import inspect
+import operator
 import typing
+from types import UnionType
 from typing import Any
 
 import pytest
@@ -46,14 +49,19 @@ def params(fn: Any) -> list[tuple[str, Any, Any]]:
 
 
 def types(fn: Any) -> dict[str, Any]:
-    """The resolved parameter and return types, each async client class as its sync twin (in ``list[...]`` too)."""
+    """The resolved parameter and return types, each async client class as its sync twin (inside generics and
+    unions too: ``list[AsyncSandbox]``, ``Iterable[tuple[AsyncSandbox | str, ...]]``)."""
     return {name: _as_sync(hint) for name, hint in typing.get_type_hints(fn).items()}
 
 
 def _as_sync(hint: Any) -> Any:
-    if typing.get_origin(hint) is list:
-        return list[_as_sync(typing.get_args(hint)[0])]  # type: ignore[misc]
-    return SYNC_TWIN.get(hint, hint) if isinstance(hint, type) else hint
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is None or not args or origin in (typing.Literal, typing.Annotated):
+        return SYNC_TWIN.get(hint, hint) if isinstance(hint, type) else hint
+    inner = tuple(_as_sync(arg) for arg in args)
+    if origin in (typing.Union, UnionType):
+        return functools.reduce(operator.or_, inner)
+    return origin[inner]
 
 
 @pytest.mark.parametrize(("sync", "asynchronous"), PAIRS, ids=lambda c: c.__name__)

@@ -7,14 +7,39 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, StrictBool
 
+from sandbox.api.contract import ErrorDetail
 from sandbox.models import GROUP_MAX, Action, FileInfo, Model, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
 from sandbox.service.snapshots import MAX_WARM, SNAPSHOT_NAME
+from sandbox.step_batches import STEP_BATCH_MAX
 from sandbox.trajectories.models import TrajectoryInfo
 
 
 class StepRequest(Model):
     action: Action
     screenshot: StrictBool = False
+
+
+class BatchStep(Model):
+    sandbox_id: str = Field(min_length=1)
+    action: Action
+    screenshot: StrictBool = False
+
+
+class StepBatch(Model):
+    steps: list[BatchStep] = Field(
+        max_length=STEP_BATCH_MAX, description="One step a sandbox, all done at once; at most 1024."
+    )
+
+
+class StepOutcome(Model):
+    """One step's answer: its observation, or its error (as a failed call's body says it)."""
+
+    observation: Observation | None = None
+    error: ErrorDetail | None = None
+
+
+class StepOutcomes(Model):
+    results: list[StepOutcome] = Field(description="One a step, in the order of the steps.")
 
 
 class SandboxList(Model):

@@ -31,6 +31,22 @@ def error_response(
     return JSONResponse({"error": {"code": code, "message": message}, **extra}, status_code=status, headers=headers)
 
 
+def step_error(request: Request, error: SandboxError) -> dict[str, str]:
+    """The error body of one failed step in a batch (the call itself succeeded), counted as an error of its route."""
+    _count_error(request, grpc_status(error).name)
+    if http_status(error) >= 500:
+        context_of(request).logger.warning(
+            "a step of %s %s failed: %s: %s",
+            request.method,
+            request.url.path,
+            error.code,
+            error.message,
+            exc_info=error.__cause__,
+            extra={"code": error.code, "transport": TRANSPORT},
+        )
+    return {"code": error.code, "message": error.message}
+
+
 def grpc_name_of_http(status: int) -> str:
     """The label an error of HTTP ``status`` is counted under: its gRPC status's name (``UNKNOWN``: none)."""
     code = grpc_status_of_http(status)

@@ -19,13 +19,17 @@ from sandbox.api.rest.bodies import (
     SandboxList,
     SnapshotList,
     SnapshotRequest,
+    StepBatch,
+    StepOutcome,
+    StepOutcomes,
     StepRequest,
 )
 from sandbox.api.rest.context import Caller, Service
-from sandbox.api.rest.errors import GuardedRoute
-from sandbox.errors import InvalidArgument
+from sandbox.api.rest.errors import GuardedRoute, step_error
+from sandbox.errors import InvalidArgument, SandboxError
 from sandbox.models import Exec, ExecResult, Health, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
 from sandbox.protocol import MAX_READ_BYTES
+from sandbox.service.step_batches import StepOrder
 from sandbox.service.trajectory_ops import RECORD_NEEDS_A_TASK
 from sandbox.wire.convert import Renewal
 
@@ -167,6 +171,20 @@ def router() -> APIRouter:
         return Response(status_code=204)
 
     # ------------------------------------------------------------------ acting
+
+    @router.post("/sandboxes:step", responses=WITH_BODY, tags=["acting"])
+    async def step_many(body: StepBatch, request: Request, caller: Caller, service: Service) -> StepOutcomes:
+        """A step in each of many sandboxes, all at once (a vectorized environment's step). Each step is answered,
+        in order, by its observation or its error: one sandbox failing fails no other. One step a sandbox."""
+        outcomes = await service.step_many(
+            caller, [StepOrder(s.sandbox_id, s.action, s.screenshot) for s in body.steps]
+        )
+        return StepOutcomes(
+            results=[
+                StepOutcome(error=step_error(request, o)) if isinstance(o, SandboxError) else StepOutcome(observation=o)
+                for o in outcomes
+            ]
+        )
 
     @router.post("/sandboxes/{sandbox_id}/step", responses=WITH_BODY, tags=["acting"])
     async def step(sandbox_id: SandboxId, body: StepRequest, caller: Caller, service: Service) -> Observation:
