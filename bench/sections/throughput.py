@@ -5,6 +5,8 @@ Then, over the same sandboxes:
 
 - steps that start no process: ``:`` (a shell builtin) in a persistent shell session of each sandbox, one closed
   loop per sandbox, each on a ``StepStream`` - what the control plane and the agent cost per step, with no spawn;
+- the same two kinds of step batched: each sandbox's step in one ``step_many`` call (gRPC ``StepMany``, a vectorized
+  environment's step), in two closed loops over half the sandboxes each - what the API's per-call work costs;
 - the machine's own spawn limit: one ``docker exec <container> bash -c 'for i in $(seq K); do /bin/true; done'``
   in every sandbox at once, no control plane in the way (K per sandbox; spawns/s = all spawns / the slowest loop's
   time). Exec steps/s (above) as a fraction of it says how much of the machine's spawning a step of ``true`` gets.
@@ -15,15 +17,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from bench import BenchError
 from bench.harness import Bench, SectionResult
 from bench.report import Row, Target
-from bench.sections.common import closed_loop, step_true
+from bench.sections.common import EXEC_TRUE, Load, check_exec, closed_loop, step_true
 from bench.stats import Summary, Value, gain, speedup
 from bench.step_cpu import CpuSplit, StepCpuMeter
-from sandbox.client import AsyncSandbox, AsyncStepStream
+from sandbox.client import AsyncClient, AsyncSandbox, AsyncStepStream
 from sandbox.models import Observation
 
+Check = Callable[[Observation], None]
 NAME = "throughput"
 WARMUP_S = 1.0
 CREATE_CONCURRENCY = 4
@@ -31,6 +37,9 @@ NO_SPAWN = {"type": "exec", "cmd": ":", "session": "bench"}
 """A step that starts no process: a builtin in the sandbox's persistent shell session."""
 NO_SPAWN_TARGET = 2000.0
 SPAWN_FRACTION_TARGET = 0.5
+BATCH_LOOPS = 2
+"""Closed loops of ``step_many`` calls, each over its share of the sandboxes: two, so that one batch's work in the
+client and the control plane overlaps the other's steps in the sandboxes."""
 
 
 def _cpu_rows(what: str, split: CpuSplit | None, steps: int) -> list[Row]:
@@ -41,9 +50,48 @@ def _cpu_rows(what: str, split: CpuSplit | None, steps: int) -> list[Row]:
     return [Row(NAME, f"CPU per {what}, all processes", total, note=split.describe(steps))]
 
 
+def _batch_rows(
+    n: int,
+    exec_rate: float,
+    exec_calls: Load,
+    quiet_rate: float,
+    quiet_calls: Load,
+    limit: Value,
+    loops: str,
+    spawns: float,
+) -> list[Row]:
+    per_call = f"{n // BATCH_LOOPS} a StepMany call, {BATCH_LOOPS} loops"
+    exec_fraction = exec_rate / spawns if spawns > 0 else 0.0
+    return [
+        Row(NAME, f"exec steps of `true` batched ({per_call}) vs the spawn limit",
+            Value(exec_rate, "steps/s", n=len(exec_calls.latencies)), limit, loops, exec_fraction,
+            Target(f"≥ {SPAWN_FRACTION_TARGET:.0%} of the limit", exec_fraction >= SPAWN_FRACTION_TARGET)),
+        Row(NAME, f"no-spawn steps batched ({per_call})", Value(quiet_rate, "steps/s", n=len(quiet_calls.latencies)),
+            limit, loops, gain(quiet_rate, spawns),
+            Target(f"≥ {NO_SPAWN_TARGET:,.0f} steps/s", quiet_rate >= NO_SPAWN_TARGET)),
+        Row(NAME, "a batched call's latency (no-spawn steps)", Summary.of(quiet_calls.latencies)),
+    ]  # fmt: skip
+
+
 def _check_no_spawn(obs: Observation) -> None:
     if obs.exec is None or obs.exec.exit_code != 0:
         raise RuntimeError(f"a step of `:` in a session did not succeed: {obs.exec}")
+
+
+async def _batched(
+    client: AsyncClient, sandboxes: list[AsyncSandbox], action: Mapping[str, Any], check: Check, seconds: float
+) -> tuple[float, Load]:
+    """Steps/s when each of :data:`BATCH_LOOPS` loops steps its share of ``sandboxes`` in one call; and the calls."""
+    shares = [share for share in (sandboxes[i::BATCH_LOOPS] for i in range(BATCH_LOOPS)) if share]
+
+    async def batch(loop: int) -> None:
+        for outcome in await client.step_many([(sb, action) for sb in shares[loop]]):
+            if not isinstance(outcome, Observation):
+                raise BenchError(f"a batched step failed: {outcome}")
+            check(outcome)
+
+    load = await closed_loop(batch, len(shares), seconds, WARMUP_S)
+    return load.rate * len(sandboxes) / len(shares), load
 
 
 async def _spawn_limit(bench: Bench, containers: list[str], per_container: int) -> tuple[float, float]:
@@ -91,7 +139,13 @@ async def run(bench: Bench) -> SectionResult:
             meter.start()
             quiet = await closed_loop(no_spawn, n, seconds, WARMUP_S)
             quiet_cpu = meter.stop()
-        progress.say(f"throughput: {quiet.rate:.0f} no-spawn steps/s; the spawn limit")
+        progress.say(f"throughput: {quiet.rate:.0f} no-spawn steps/s; the same steps batched for {seconds:g} s")
+        client = platform.client
+        meter.start()
+        batched_quiet, quiet_calls = await _batched(client, sandboxes, NO_SPAWN, _check_no_spawn, seconds)
+        batched_quiet_cpu = meter.stop()
+        batched_exec, exec_calls = await _batched(client, sandboxes, EXEC_TRUE, check_exec, seconds)
+        progress.say(f"throughput: batched {batched_quiet:.0f} no-spawn, {batched_exec:.0f} exec steps/s; spawn limit")
         per_container = bench.options.spawn_loop_count
         spawns, slowest = await _spawn_limit(bench, containers, per_container)
         progress.say(f"throughput: {spawns:.0f} spawns/s ({per_container} per sandbox, slowest {slowest:.1f} s)")
@@ -113,8 +167,10 @@ async def run(bench: Bench) -> SectionResult:
             Value(quiet.rate, "steps/s", n=len(quiet.latencies)), limit, spawn_loops, gain(quiet.rate, spawns),
             Target(f"≥ {NO_SPAWN_TARGET:,.0f} steps/s", quiet.rate >= NO_SPAWN_TARGET)),
         Row(NAME, "no-spawn step latency under that load", quiet_lat),
+        *_batch_rows(n, batched_exec, exec_calls, batched_quiet, quiet_calls, limit, spawn_loops, spawns),
         *_cpu_rows("exec step of `true`", exec_cpu, ours.calls),
         *_cpu_rows("no-spawn step", quiet_cpu, quiet.calls),
+        *_cpu_rows("batched no-spawn step", batched_quiet_cpu, quiet_calls.calls * n // BATCH_LOOPS),
     ]  # fmt: skip
     details = {
         "seconds": seconds,

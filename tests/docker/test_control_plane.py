@@ -20,6 +20,7 @@ from PIL import Image
 from sandbox.client import AsyncClient, Client
 from sandbox.errors import FailedPrecondition, NotFound
 from sandbox.gym import SandboxEnv
+from sandbox.models import Observation
 from tests.conftest import OWNER, RUN_ID
 from tests.docker.servers import SANDBOX_BIN, ServerProcess
 
@@ -255,6 +256,25 @@ async def test_a_group_is_distinct_containers_made_in_one_call_or_none(control_p
             assert (await group[0].exec("echo mine > /workspace/only-here")).exit_code == 0
             for sb in group[1:]:
                 assert (await sb.exec("test -e /workspace/only-here")).exit_code == 1, "a group shares a file system"
+        finally:
+            await asyncio.gather(*(sb.close() for sb in group))
+
+
+async def test_a_batch_of_steps_runs_each_in_its_own_container(control_plane: ControlPlane) -> None:
+    async with AsyncClient(control_plane.grpc_target, token=TOKEN) as client:
+        group = await client.create_group(3, "terminal", labels={"t": "batch"})
+        try:
+            for sb in group:
+                await sb.files.write("/workspace/who", sb.id)
+            gone = group.pop()
+            await gone.close()
+            outcomes = await client.step_many(
+                [(sb, {"type": "exec", "cmd": "cat /workspace/who"}) for sb in group] + [(gone.id, "WAIT")]
+            )
+            assert [o.exec.stdout for o in outcomes[:2] if isinstance(o, Observation) and o.exec] == [
+                sb.id for sb in group
+            ]
+            assert isinstance(outcomes[2], FailedPrecondition | NotFound), outcomes[2]
         finally:
             await asyncio.gather(*(sb.close() for sb in group))
 
