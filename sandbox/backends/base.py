@@ -79,6 +79,9 @@ class Backend(abc.ABC):
     """Whether a stopped instance can be started again in place (a pod cannot: the kubelet restarts it itself)."""
     can_snapshot: bool = True
     """Whether ``snapshot`` can work at all here (a backend that cannot raises ``FailedPrecondition`` from it)."""
+    status_lag_s: float = 0.0
+    """How long the engine may go on saying a dead container runs (a kubelet notices within a second or two; a docker
+    engine at once): a health round waits up to this long for its word on one whose agent does not answer."""
 
     def __init__(self) -> None:
         self._agents: dict[str, AgentClient] = {}

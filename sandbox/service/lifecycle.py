@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.backends.base import BackendInstance, RuntimeState, probe_agent
 from sandbox.errors import SandboxError
-from sandbox.models import SandboxState
+from sandbox.models import Health, SandboxState
 from sandbox.observability.metrics import FailureCause
 from sandbox.service.adoption import adopt, epoch_changed
 from sandbox.service.failures import reason
@@ -35,6 +35,8 @@ SNAPSHOT_GRACE_S = 120.0
 """Reconciliation leaves snapshot images younger than this alone: their records may not be stored yet."""
 STUCK_S = 900.0
 """A start or a claim still in progress after this long is taken for stuck, even if its replica lives."""
+ENGINE_WORD_POLL_S = 0.25
+"""How often a health round asks for the engine's word while it waits (``Backend.status_lag_s``)."""
 
 
 class LifecycleSettings(BaseModel):
@@ -261,12 +263,22 @@ class Lifecycle:
             engine = await backend.inspect(record.instance)  # it may have stopped since the listing, or be gone
             if engine.state is RuntimeState.RUNNING:
                 health = await probe_agent(backend, record.instance)  # a second chance
-                if not health.ok:  # an engine slower than the agent's death (a kubelet) has its word by now
-                    engine = await backend.inspect(record.instance)
+        if engine.state is RuntimeState.RUNNING and _agent_silent(health):
+            engine = await self._engines_word(record.instance, engine)
         if health.ok or engine.state is RuntimeState.PAUSED or not await self._still_runs(record):
             return
         running = engine.state is RuntimeState.RUNNING
         await self._fail(record, *((reason(health), "probe_failed") if running else _stopped(engine)))
+
+    async def _engines_word(self, instance: str, engine: BackendInstance) -> BackendInstance:
+        """The engine's word on an instance whose agent does not answer while the engine says it runs. Most often
+        its container died and the engine has not noticed yet (a kubelet notices within a second or two): its state
+        once it changes, within the backend's ``status_lag_s``; still running after that (a hung agent), as it was."""
+        deadline = asyncio.get_running_loop().time() + self.service.backend.status_lag_s
+        while engine.state is RuntimeState.RUNNING and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(ENGINE_WORD_POLL_S)
+            engine = await self.service.backend.inspect(instance)
+        return engine
 
     async def _still_runs(self, record: SandboxRecord) -> bool:
         """Whether the sandbox still runs the instance probed: a round that lasts seconds sees sandboxes deleted,
@@ -332,6 +344,11 @@ class Lifecycle:
                 await store.remove(record.pool, instance)
         await service.collect_snapshot_images(min_age_s=max(grace, SNAPSHOT_GRACE_S))
         await service.collect_task_snapshots()  # unused ones: their records, warm instances and images
+
+
+def _agent_silent(health: Health) -> bool:
+    agent = health.checks.get("agent")
+    return not health.ok and agent is not None and not agent.ok
 
 
 def _stopped(engine: BackendInstance) -> tuple[str, FailureCause]:

@@ -154,6 +154,52 @@ async def test_a_sandbox_paused_during_its_probe_is_judged_next_round(
         await service.delete(ALICE, info.id)
 
 
+@pytest.mark.parametrize("engine_learns", [True, False], ids=["dead-container", "hung-agent"])
+async def test_a_silent_agent_waits_a_while_for_the_engines_word(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch, engine_learns: bool
+) -> None:
+    """On an engine slow to learn of a container's death (a kubelet, within a second or two), a container that died
+    is reported with the engine's word on it; a hung agent in a running container, after the wait, with the
+    agent's."""
+    info = await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "engine-word"}))
+    instance = (await _record(service, info.id)).instance
+    inspect, reported, inspected = service.backend.inspect, [], []
+
+    async def silent(backend: Backend, instance_id: str, *, known: BackendInstance | None = None) -> Health:
+        if instance_id != instance:
+            return Health(ok=True, checks={})
+        return Health(ok=False, checks={"agent": HealthCheck(ok=False, detail="does not answer: ConnectionRefused")})
+
+    async def slow_engine(instance_id: str) -> BackendInstance:  # says running for its first five looks
+        engine = await inspect(instance_id)
+        if instance_id != instance:
+            return engine
+        inspected.append(instance_id)
+        if engine_learns and len(inspected) > 5:
+            return replace(engine, state=RuntimeState.EXITED, exit_code=137, detail="OOMKilled")
+        return engine
+
+    async def mark_failed(record: SandboxRecord, why: str, *, cause: str) -> None:
+        reported.append((record.id, why, cause))
+
+    monkeypatch.setattr(lifecycle_module, "probe_agent", silent)
+    monkeypatch.setattr(service.backend, "status_lag_s", 3.0)
+    monkeypatch.setattr(lifecycle_module, "ENGINE_WORD_POLL_S", 0.05)
+    monkeypatch.setattr(service.backend, "inspect", slow_engine)
+    monkeypatch.setattr(service, "mark_failed", mark_failed)
+    try:
+        await Lifecycle(service, LifecycleSettings(), logger=LOGGER).check_health()
+    finally:
+        monkeypatch.undo()
+        await service.delete(ALICE, info.id)
+    if engine_learns:
+        assert reported == [(info.id, "its container is exited (exit code 137): OOMKilled", "container_exited")]
+        assert len(inspected) == 6, "the round stopped looking once the engine had its word"
+    else:
+        assert reported == [(info.id, "agent: does not answer: ConnectionRefused", "probe_failed")]
+        assert len(inspected) > 6, "the round waited for the engine's word before reporting the agent's"
+
+
 async def _record(service: SandboxService, sandbox_id: str) -> SandboxRecord:
     doc = await service.store.get(SANDBOXES, sandbox_id)
     assert doc is not None

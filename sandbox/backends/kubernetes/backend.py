@@ -49,6 +49,7 @@ _log = logging.getLogger(__name__)
 class KubernetesBackend(Backend):
     name = "kubernetes"
     can_restart = False
+    status_lag_s = 5.0  # the kubelet's relist (1 s) and its status update to the API server, with room to spare
 
     def __init__(self, config: KubernetesConfig) -> None:
         super().__init__()
