@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bench import BenchError
 from bench.baseline import DockerCli
 from bench.cleanup import remove_owned
@@ -152,6 +154,22 @@ class Bench:
             if time.monotonic() > give_up:
                 raise BenchError(f"the platform did not settle at {expected} instances in {timeout:g} s: {names}")
             await asyncio.sleep(0.1)
+
+    async def pool_full(self, platform: Platform, expected: int, *, timeout: float = 60) -> None:
+        """Wait until the platform's pools hold ``expected`` warm instances in all (its metrics, read from the
+        store): an instance whose agent answers is in its pool's queue only once the control plane has put it there,
+        and a claim that finds the queue short starts a container."""
+        give_up = time.monotonic() + timeout
+        async with httpx.AsyncClient(base_url=platform.server.http_url, timeout=10) as http:
+            while True:
+                text = (await http.get("/metrics")).text
+                ready = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                            if line.startswith("sandbox_pool_ready_instances{"))  # fmt: skip
+                if ready == expected:
+                    return
+                if time.monotonic() > give_up:
+                    raise BenchError(f"the pools hold {ready:g} warm instances, not {expected}, after {timeout:g} s")
+                await asyncio.sleep(0.1)
 
     async def _healthy(self, instance: str) -> bool:
         agent = AgentClient(os.path.join(self.socket_root, instance, AGENT_SOCKET_NAME), label=instance)

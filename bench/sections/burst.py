@@ -47,6 +47,7 @@ async def _sequential(bench: Bench, platform: Platform, n: int, size: int) -> li
         await bench.settle(size + 1)  # refilled: the next claim sees the same full pool
         await sandbox.close()
         await bench.settle(size)
+        await bench.pool_full(platform, size)
         bench.progress.count("burst: one at a time", i + 1, n)
     return samples
 
@@ -73,6 +74,7 @@ async def _rounds(bench: Bench, platforms: list[Platform], label: str) -> tuple[
             f"p50 {summary.p50 * 1000:.1f} ms, p99 {summary.p99 * 1000:.1f} ms"
         )
         await bench.settle(size, timeout=600)
+        await bench.pool_full(platforms[0], size)
     return samples, per_round
 
 
@@ -88,6 +90,7 @@ async def _groups(bench: Bench, platform: Platform) -> list[float]:
             f"group {r + 1}/{bench.options.burst_rounds}: {size} in one call, {samples[-1] * 1000:.1f} ms"
         )
         await bench.settle(size, timeout=600)
+        await bench.pool_full(platform, size)
     return samples
 
 
@@ -98,6 +101,7 @@ async def _on_redis(
     async with bench.replicas("burst-redis", replicas, settings) as platforms:
         bench.progress.say(f"burst: warming a pool of {bench.options.burst_size} terminals ({label})")
         await bench.settle(bench.options.burst_size, timeout=600)
+        await bench.pool_full(platforms[0], bench.options.burst_size)
         return await _rounds(bench, platforms, label)
 
 
@@ -125,6 +129,7 @@ async def run(bench: Bench) -> SectionResult:
     async with bench.platform("burst", settings) as platform:
         bench.progress.say(f"burst: warming a pool of {size} terminals")
         await bench.settle(size, timeout=600)
+        await bench.pool_full(platform, size)
         one_at_a_time = await _sequential(bench, platform, SEQUENTIAL_SAMPLES, size)
         burst, rounds["embedded"] = await _rounds(bench, [platform], "one control plane")
         groups = await _groups(bench, platform)

@@ -144,7 +144,9 @@ async def run(bench: Bench) -> SectionResult:
         meter.start()
         batched_quiet, quiet_calls = await _batched(client, sandboxes, NO_SPAWN, _check_no_spawn, seconds)
         batched_quiet_cpu = meter.stop()
+        meter.start()
         batched_exec, exec_calls = await _batched(client, sandboxes, EXEC_TRUE, check_exec, seconds)
+        batched_exec_cpu = meter.stop()
         progress.say(f"throughput: batched {batched_quiet:.0f} no-spawn, {batched_exec:.0f} exec steps/s; spawn limit")
         per_container = bench.options.spawn_loop_count
         spawns, slowest = await _spawn_limit(bench, containers, per_container)
@@ -170,6 +172,7 @@ async def run(bench: Bench) -> SectionResult:
         *_batch_rows(n, batched_exec, exec_calls, batched_quiet, quiet_calls, limit, spawn_loops, spawns),
         *_cpu_rows("exec step of `true`", exec_cpu, ours.calls),
         *_cpu_rows("no-spawn step", quiet_cpu, quiet.calls),
+        *_cpu_rows("batched exec step of `true`", batched_exec_cpu, exec_calls.calls * n // BATCH_LOOPS),
         *_cpu_rows("batched no-spawn step", batched_quiet_cpu, quiet_calls.calls * n // BATCH_LOOPS),
     ]  # fmt: skip
     details = {
