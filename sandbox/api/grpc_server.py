@@ -21,13 +21,13 @@ from typing import Any, TypeVar
 
 import grpc
 
+from sandbox.api.grpc_batches import fitting, step_orders
 from sandbox.api.grpc_decoding import DecodeWarnings, Undecodable, add_tolerant_servicer
 from sandbox.api.grpc_probes import add_probes, follow_readiness
 from sandbox.api.step_streams import StepStreams
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.service.preview import PreviewLinks, port_url
-from sandbox.service.step_batches import StepOrder
 from sandbox.service.trajectory_ops import RECORD_NEEDS_A_TASK
 from sandbox.trajectories.models import MEDIA_CHUNK_BYTES
 from sandbox.wire import convert
@@ -234,9 +234,8 @@ class SandboxServicer:
 
     @_unary
     async def StepMany(self, principal: Principal, request: pb.StepManyRequest) -> pb.StepManyResponse:
-        orders = [_step_order(i, step) for i, step in enumerate(request.steps)]
-        outcomes = await self._service.step_many(principal, orders)
-        return pb.StepManyResponse(
+        outcomes = await self._service.step_many(principal, step_orders(request))
+        reply = pb.StepManyResponse(
             results=[
                 self._failed_step(o, "StepMany")
                 if isinstance(o, SandboxError)
@@ -244,6 +243,7 @@ class SandboxServicer:
                 for o in outcomes
             ]
         )
+        return fitting(reply)
 
     @_unary
     async def Observe(self, principal: Principal, request: pb.ObserveRequest) -> pb.Observation:
@@ -434,13 +434,3 @@ async def start_grpc_server(
         service, tokens, host=host, port=port, logger=logger, preview=preview, step_streams=step_streams
     )
     return server
-
-
-def _step_order(index: int, step: pb.StepRequest) -> StepOrder:
-    """A batch's step as the service takes it; a malformed one names its place in the batch."""
-    if step.HasField("observe") or not step.HasField("action"):
-        raise InvalidArgument(f"steps[{index}]: a batched step needs an action (observe with Observe or a StepStream)")
-    try:
-        return StepOrder(step.sandbox_id, convert.action_from_proto(step.action), step.screenshot)
-    except InvalidArgument as e:
-        raise InvalidArgument(f"steps[{index}]: {e.message}") from e

@@ -15,8 +15,9 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from sandbox.api import grpc_batches
 from sandbox.client import AsyncClient, AsyncSandbox, Client
-from sandbox.errors import InvalidArgument, NotFound
+from sandbox.errors import InvalidArgument, NotFound, ResourceExhausted
 from sandbox.models import Observation
 from sandbox.step_batches import STEP_BATCH_MAX
 from sandbox.wire import convert
@@ -154,3 +155,14 @@ async def test_rest_steps_a_batch_and_refuses_a_malformed_one(api: httpx.AsyncCl
     refused = await api.post("/v1/sandboxes:step", json=twice, headers=ALPHA)
     assert refused.status_code == 422, refused.text
     assert "already has steps[0]" in refused.json()["error"]["message"]
+
+
+async def test_answers_too_large_for_one_message_are_refused_clearly(
+    alpha: AsyncClient, trio: list[AsyncSandbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grpc_batches, "MAX_MESSAGE_BYTES", 4096)
+    big = {"type": "exec", "cmd": "head -c 3000 /dev/zero | tr '\\0' x"}
+    with pytest.raises(ResourceExhausted, match=r"come to 0\.0 MiB, over the 0 MiB a message holds; its steps were"):
+        await alpha.step_many([(sb, big) for sb in trio])
+    (fits,) = await alpha.step_many([(trio[0], big)])
+    assert _stdout(fits) == "x" * 3000
