@@ -11,13 +11,13 @@ style (:mod:`sandbox.client._ops`) that the :class:`~sandbox.client.Client` or t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sandbox import models
 from sandbox.client import _episodes, _ops
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, SandboxError
 from sandbox.gym.spaces import parse_action
 from sandbox.models import Observation, SandboxKind, ScreenSize
 from sandbox.tasks.model import Task
@@ -87,14 +87,59 @@ def act(
         checked = parse_action(action)
         obs = yield from _ops.step(sandbox_id, checked, screenshot=display)
     except InvalidArgument as e:
-        return Outcome(None, error=e.message, info={"sandbox_id": sandbox_id, "error": e.message})
+        return refused(sandbox_id, e)
+    outcome = observed(sandbox_id, obs)
+    if task and ended(outcome):
+        outcome = yield from scored(sandbox_id, outcome)
+    return outcome
+
+
+def act_many(
+    steps: Sequence[tuple[str, str | Mapping[str, Any] | models.Action]], *, display: bool
+) -> _ops.Op[list[Outcome]]:
+    """One action in each of many episodes, in one call (``StepMany``): each outcome as ``act``'s before its
+    scoring, which is the caller's (``scored``, for those whose episode ended, all at once). A failure that is not
+    the action's own (the sandbox is gone, say) is raised, as ``act`` raises it."""
+    outcomes: list[Outcome | None] = [None] * len(steps)
+    parsed: list[tuple[int, str, models.Action]] = []
+    for i, (sandbox_id, action) in enumerate(steps):
+        try:
+            parsed.append((i, sandbox_id, parse_action(action)))
+        except InvalidArgument as e:
+            outcomes[i] = refused(sandbox_id, e)
+    answers: list[Observation | SandboxError] = []
+    if parsed:
+        answers = yield from _ops.step_many([(sandbox_id, a) for _, sandbox_id, a in parsed], screenshot=display)
+    for (i, sandbox_id, _), answer in zip(parsed, answers, strict=True):
+        if isinstance(answer, InvalidArgument):
+            outcomes[i] = refused(sandbox_id, answer)
+        elif isinstance(answer, SandboxError):
+            raise answer
+        else:
+            outcomes[i] = observed(sandbox_id, answer)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def refused(sandbox_id: str, error: InvalidArgument) -> Outcome:
+    """An action that is not one: not done, not counted; its error is the step's answer."""
+    return Outcome(None, error=error.message, info={"sandbox_id": sandbox_id, "error": error.message})
+
+
+def observed(sandbox_id: str, obs: Observation) -> Outcome:
     info: dict[str, Any] = {**obs.info, "sandbox_id": sandbox_id, "timings_ms": dict(obs.timings_ms)}
-    reward = 0.0
     truncated = bool(obs.info.get("truncated"))
-    if task and obs.done:
-        reward = yield from _episodes.evaluate(sandbox_id)
-        info["reward"] = reward
-    return Outcome(obs, reward=reward, terminated=obs.done and not truncated, truncated=truncated, info=info)
+    return Outcome(obs, terminated=obs.done and not truncated, truncated=truncated, info=info)
+
+
+def ended(outcome: Outcome) -> bool:
+    """Whether the step ended its episode (``DONE``, ``FAIL``, a limit): the evaluator's turn."""
+    return outcome.obs is not None and outcome.obs.done
+
+
+def scored(sandbox_id: str, outcome: Outcome) -> _ops.Op[Outcome]:
+    """``outcome`` of an episode that ended, with the task's evaluator's reward."""
+    reward = yield from _episodes.evaluate(sandbox_id)
+    return replace(outcome, reward=reward, info={**outcome.info, "reward": reward})
 
 
 def delete(sandbox_id: str) -> _ops.Op[None]:

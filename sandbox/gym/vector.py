@@ -6,7 +6,8 @@
     envs.close()
 
 No subprocesses and no pickling: the N sandboxes' calls run at once in one event loop (a thread of the env's own),
-so a step takes about as long as the slowest sandbox's, not their sum. ``reset()`` resets one sub-env of each task
+so a step takes about as long as the slowest sandbox's, not their sum; the sub-envs' actions go in one ``StepMany``
+call. ``reset()`` resets one sub-env of each task
 first (its first reset runs the setup and snapshots it), then the others at once (they swap that snapshot in).
 ``gymnasium.make_vec("sandbox/Task-v0", num_envs=8, vectorization_mode="vector_entry_point", task=...)`` makes one
 too. Sub-envs whose episode ended are reset on their next step (``AutoresetMode.NEXT_STEP``, gymnasium's default):
@@ -102,11 +103,27 @@ class SandboxVectorEnv(VectorEnv[dict[str, Any], Any, np.ndarray]):
             self.sandbox_ids[i] = sandbox_id
         return await client._run(episode.start(sandbox_id, self.tasks[i], display=self.kind.has_display))
 
-    async def _act(self, i: int, action: Any) -> Outcome:
+    async def _step_all(self, actions: Any) -> list[Outcome]:
+        """The sub-envs still in an episode act in one ``StepMany`` call while those whose episode ended are reset;
+        then the episodes that ended on this step are scored, all at once."""
+        client = self._aclient()
+        acting = [i for i in range(self.num_envs) if not self._ended[i]]
+        restarting = [i for i in range(self.num_envs) if self._ended[i]]
+        steps = [(self._id(i), actions[i]) for i in acting]
+        acted, started = await asyncio.gather(
+            client._run(episode.act_many(steps, display=self.kind.has_display)),
+            self._gather([self._start(i) for i in restarting]),
+        )
+        outcomes = dict(zip(acting, acted, strict=True)) | dict(zip(restarting, started, strict=True))
+        ended = [i for i in acting if episode.ended(outcomes[i])]
+        scored = await asyncio.gather(*(client._run(episode.scored(self._id(i), outcomes[i])) for i in ended))
+        outcomes.update(zip(ended, scored, strict=True))
+        return [outcomes[i] for i in range(self.num_envs)]
+
+    def _id(self, i: int) -> str:
         sandbox_id = self.sandbox_ids[i]
         assert sandbox_id is not None
-        op = episode.act(sandbox_id, action, display=self.kind.has_display, task=True)
-        return await self._aclient()._run(op)
+        return sandbox_id
 
     async def _gather(self, calls: list[Coroutine[Any, Any, Outcome]]) -> list[Outcome]:
         return list(await asyncio.gather(*calls))
@@ -144,8 +161,7 @@ class SandboxVectorEnv(VectorEnv[dict[str, Any], Any, np.ndarray]):
             raise InvalidArgument(f"step takes {self.num_envs} actions, one per sub-env; got {len(actions)}")
         if any(s is None for s in self.sandbox_ids):
             raise InvalidArgument("call reset() before step()")
-        calls = [self._start(i) if self._ended[i] else self._act(i, actions[i]) for i in range(self.num_envs)]
-        outcomes = self._call(self._gather(calls))
+        outcomes = self._call(self._step_all(actions))
         rewards = np.array([o.reward for o in outcomes], dtype=np.float64)
         terminations = np.array([o.terminated for o in outcomes], dtype=np.bool_)
         truncations = np.array([o.truncated for o in outcomes], dtype=np.bool_)

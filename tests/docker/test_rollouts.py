@@ -134,6 +134,12 @@ def test_the_vector_env_steps_8_sandboxes_concurrently(server: ServerProcess) ->
         print(f"8 concurrent steps of `sleep 1` took {took:.2f}s")
         assert obs["text"] == ("up\n",) * 8 and not terminations.any() and not rewards.any()
         assert 1.0 <= took < 3.0, f"8 steps of 1 s took {took:.2f}s: not concurrent"
+        # One sub-env's action is not one: it alone answers with the error, and the others' steps are done.
+        obs, rewards, terminations, truncations, infos = envs.step(
+            ["not an action ("] + ['{"type": "exec", "cmd": "echo ok"}'] * 7
+        )
+        assert "pyautogui" in obs["text"][0] and obs["text"][1:] == ("ok\n",) * 7, obs["text"]
+        assert not terminations.any() and not rewards.any()
 
         solve = '{"type": "exec", "cmd": "sort /workspace/names.txt > /workspace/sorted.txt"}'
         envs.step([solve] * 4 + ['{"type": "exec", "cmd": "true"}'] * 4)
