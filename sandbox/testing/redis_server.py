@@ -1,11 +1,13 @@
 """A real ``redis-server`` child process on 127.0.0.1 and a free port, with no persistence: the Redis store's tests
-and the benchmarks' replica rows run against it. Stopped by the PID it was started with, never by name.
+and the benchmarks' replica rows run against it. Stopped by the PID it was started with, never by name; and, when
+the process that started it dies without stopping it (a test run killed), by a watchdog of its own within a second.
 
 Blocking: call it from a thread in async code (starting takes a few tens of milliseconds).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +18,8 @@ from sandbox.testing.server import LOOPBACK, free_port
 
 REDIS_SERVER = "redis-server"
 START_TIMEOUT_S = 10.0
+WATCHDOG = 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; kill "$2" 2>/dev/null'
+"""``sh -c WATCHDOG _ OWNER SERVER``: stop the server (by its PID) once its owner is gone."""
 
 
 class RedisUnavailable(RuntimeError):
@@ -44,6 +48,7 @@ class RedisServer:
         self.dir = tempfile.mkdtemp(prefix="sbx-redis-")
         self.log_path = f"{self.dir}/redis.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -63,6 +68,10 @@ class RedisServer:
         ]  # fmt: skip
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._watchdog = subprocess.Popen(
+            ["sh", "-c", WATCHDOG, "redis-watchdog", str(os.getpid()), str(self.process.pid)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ping(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -71,7 +80,11 @@ class RedisServer:
             time.sleep(0.02)
 
     def stop(self) -> None:
-        """Stop this server (by its PID); idempotent."""
+        """Stop this server (by its PID), and its watchdog first; idempotent."""
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.kill()
+            watchdog.wait(timeout=10)
         process, self.process = self.process, None
         if process is None:
             return
