@@ -33,17 +33,7 @@ def error_response(
 
 def step_error(request: Request, error: SandboxError) -> dict[str, str]:
     """The error body of one failed step in a batch (the call itself succeeded), counted as an error of its route."""
-    _count_error(request, grpc_status(error).name)
-    if http_status(error) >= 500:
-        context_of(request).logger.warning(
-            "a step of %s %s failed: %s: %s",
-            request.method,
-            request.url.path,
-            error.code,
-            error.message,
-            exc_info=error.__cause__,
-            extra={"code": error.code, "transport": TRANSPORT},
-        )
+    _counted(request, error, what="a step of ", cause=error.__cause__)
     return {"code": error.code, "message": error.message}
 
 
@@ -67,19 +57,28 @@ def _route_name(scope: Scope) -> str:
 
 async def _on_sandbox_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SandboxError)
-    status = http_status(exc)
-    _count_error(request, grpc_status(exc).name)
-    if status >= 500:
-        context_of(request).logger.warning(
-            "%s %s failed: %s: %s",
-            request.method,
-            request.url.path,
-            exc.code,
-            exc.message,
-            extra={"code": exc.code, "transport": TRANSPORT},
-        )
+    status = _counted(request, exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return error_response(status, exc.code, exc.message, headers=headers)
+
+
+def _counted(request: Request, error: SandboxError, *, what: str = "", cause: BaseException | None = None) -> int:
+    """``error``'s HTTP status, the error counted under its gRPC status's name and, when the fault is the server's
+    (5xx), logged: a failed call's, or (``what``) a batch's step's."""
+    status = http_status(error)
+    _count_error(request, grpc_status(error).name)
+    if status >= 500:
+        context_of(request).logger.warning(
+            "%s%s %s failed: %s: %s",
+            what,
+            request.method,
+            request.url.path,
+            error.code,
+            error.message,
+            exc_info=cause,
+            extra={"code": error.code, "transport": TRANSPORT},
+        )
+    return status
 
 
 def _describe(errors: list[Any]) -> tuple[str, list[dict[str, Any]]]:
