@@ -85,6 +85,11 @@ class Options:
 
     quiet_wait_s: float = 0.0
     """Before each section, wait up to this long for other workloads' containers to leave the engine."""
+    idle_wait_s: float = 90.0
+    """Before each section, wait up to this long for the machine to settle below ``idle_busy_pct`` (what the last
+    section left behind: the engine removing hundreds of containers, their processes exiting)."""
+    idle_busy_pct: float = 15.0
+    """The machine counts as settled when less than this share of all its cores is busy over a second."""
     keep_logs: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -119,6 +124,7 @@ QUICK: dict[str, Any] = {
     "k8s_nodes": 5,
     "k8s_claims": 100,
     "k8s_samples": 3,
+    "idle_wait_s": 20.0,
 }
 
 

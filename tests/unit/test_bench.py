@@ -146,3 +146,56 @@ def test_a_steps_cpu_split_per_step_and_an_unknown_container() -> None:
     assert split.per_step_ms(1000) == {"client": 0.5, "control plane": 1.0, "sandboxes": 2.0, "other": 0.5}
     assert split.describe(1000) == "client 0.50 ms, control plane 1.00 ms, sandboxes 2.00 ms, other 0.50 ms"
     assert container_cpu_seconds("0" * 64) is None  # no such cgroup: the rows are left out, never made up
+
+
+class _Said:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+
+
+@pytest.mark.parametrize(
+    ("readings", "wait_s", "settled", "said"),
+    [
+        ([40.0, 30.0, 9.0, 50.0], 60.0, 9.0, ["waiting for the machine to settle: 40% busy"]),
+        ([3.0], 60.0, 3.0, []),
+        (
+            [40.0, 35.0, 5.0],
+            2.0,
+            35.0,
+            ["waiting for the machine to settle: 40% busy", "the machine did not settle within 2 s (35% busy)"],
+        ),
+    ],
+)
+def test_a_section_waits_for_the_machine_to_settle(
+    monkeypatch: pytest.MonkeyPatch, readings: list[float], wait_s: float, settled: float, said: list[str]
+) -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from bench import cli
+
+    left = iter(readings)
+    clock = [0.0]
+
+    async def busy_pct(window_s: float) -> float:
+        clock[0] += window_s  # each reading takes its window
+        return next(left)
+
+    monkeypatch.setattr(cli, "_busy_pct", busy_pct)
+    monkeypatch.setattr(cli, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    progress = _Said()
+    bench = SimpleNamespace(options=make_options(quick=False, overrides={"idle_wait_s": wait_s}), progress=progress)
+    got = asyncio.run(cli._wait_idle(bench))  # type: ignore[arg-type]
+    assert got["busy_pct"] == settled
+    assert progress.lines == said
+
+
+def test_the_machine_busy_share_is_read_over_a_window() -> None:
+    import asyncio
+
+    from bench import cli
+
+    assert 0.0 <= asyncio.run(cli._busy_pct(0.2)) <= 100.0
