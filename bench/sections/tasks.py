@@ -79,6 +79,9 @@ async def _reset_rows(bench: Bench, platform: Platform, kind: str, n_setup: int,
         await sandbox.reset(task=task)  # makes the task's snapshot and its warm replica
         keep = {s.name for s in await platform.client.snapshots()}
         for i in range(n_warm + 1):  # the first one warms up
+            # The replica queued in its pool first: until the instance the last reset swapped out is gone, it
+            # and the sandbox make up the count while the new replica is still starting.
+            await bench.pool_full(platform, WARM * len(keep))
             await _settle(bench, 1 + WARM * len(keep))
             started = time.perf_counter()
             obs = await sandbox.reset(task=task)
