@@ -22,7 +22,7 @@ from typing import Any
 
 from bench import BenchError
 from bench.harness import Bench
-from bench.machine import Machine, busy_seconds, describe
+from bench.machine import CpuMeter, Machine, describe
 from bench.options import QUICK, SECTION_NAMES, Options, make_options
 from bench.progress import Progress
 from bench.report import Row, render_markdown, render_text
@@ -124,29 +124,25 @@ async def _wait_idle(bench: Bench) -> dict[str, float]:
     """Wait, at most ``idle_wait_s``, until the machine is settled (under ``idle_busy_pct`` busy over a second):
     a section must not measure what the one before left running. The share last read, and how long it took."""
     options = bench.options
-    started = time.monotonic()
     if options.idle_wait_s <= 0:
         return {}
-    said = False
-    while True:
+    started = time.monotonic()
+    busy = await _busy_pct(1.0)
+    if busy >= options.idle_busy_pct:
+        bench.progress.say(f"waiting for the machine to settle: {busy:.0f}% busy")
+    while busy >= options.idle_busy_pct and time.monotonic() - started < options.idle_wait_s:
         busy = await _busy_pct(1.0)
-        waited = time.monotonic() - started
-        if busy < options.idle_busy_pct:
-            return {"busy_pct": round(busy, 1), "settle_s": round(waited, 1)}
-        if waited >= options.idle_wait_s:
-            bench.progress.say(f"the machine did not settle within {options.idle_wait_s:g} s ({busy:.0f}% busy)")
-            return {"busy_pct": round(busy, 1), "settle_s": round(waited, 1)}
-        if not said:
-            bench.progress.say(f"waiting for the machine to settle: {busy:.0f}% busy")
-            said = True
+    if busy >= options.idle_busy_pct:
+        bench.progress.say(f"the machine did not settle within {options.idle_wait_s:g} s ({busy:.0f}% busy)")
+    return {"busy_pct": round(busy, 1), "settle_s": round(time.monotonic() - started, 1)}
 
 
 async def _busy_pct(window_s: float) -> float:
     """The share of all the machine's cores busy over the next ``window_s`` seconds, in percent."""
-    busy0, total0 = await asyncio.to_thread(busy_seconds)
+    meter = CpuMeter({})
+    await asyncio.to_thread(meter.start)
     await asyncio.sleep(window_s)
-    busy1, total1 = await asyncio.to_thread(busy_seconds)
-    return 100 * (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+    return (await asyncio.to_thread(meter.read))["machine_busy_pct"]
 
 
 async def _environment(bench: Bench) -> dict[str, float]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from bench import cli
 from bench.cli import Outcome, _stem, parse
 from bench.machine import CpuMeter, container_cpu_seconds, mem_available, pids_named, rss
 from bench.options import QUICK, SECTION_NAMES, Options, make_options
@@ -172,11 +175,6 @@ class _Said:
 def test_a_section_waits_for_the_machine_to_settle(
     monkeypatch: pytest.MonkeyPatch, readings: list[float], wait_s: float, settled: float, said: list[str]
 ) -> None:
-    import asyncio
-    from types import SimpleNamespace
-
-    from bench import cli
-
     left = iter(readings)
     clock = [0.0]
 
@@ -194,8 +192,4 @@ def test_a_section_waits_for_the_machine_to_settle(
 
 
 def test_the_machine_busy_share_is_read_over_a_window() -> None:
-    import asyncio
-
-    from bench import cli
-
     assert 0.0 <= asyncio.run(cli._busy_pct(0.2)) <= 100.0
