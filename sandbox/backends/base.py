@@ -73,6 +73,15 @@ class BackendSnapshot:
     record: dict[str, Any] | None
 
 
+@dataclass(frozen=True)
+class HostFacts:
+    """The size of the one host a backend's instances share (what the capacity model divides)."""
+
+    cpus: float
+    memory_mb: float
+    pids: int
+
+
 class Backend(abc.ABC):
     name: str
     can_restart: bool = True
@@ -132,6 +141,22 @@ class Backend(abc.ABC):
     async def ping(self) -> None:
         """Raise (``Unavailable``) unless the engine answers; a readiness probe calls this often, so keep it cheap."""
         await self.list_instances()
+
+    def pressure(self) -> str | None:
+        """Why the engine cannot keep up now (it stopped answering, too many calls are queued), for readiness to
+        report; None while it keeps up. A backend that tracks this judges it with hysteresis, so it does not flap
+        (``engine_gate.EngineGate.pressure``). Cheap and non-blocking: no engine call. None here."""
+        return None
+
+    async def host_facts(
+        self, *, memory_mb: float | None = None, cpus: float | None = None, pids: int | None = None
+    ) -> HostFacts | None:
+        """The host's size, each figure the given one or else the engine's word; None when the instances do not share
+        one host the control plane can size (Kubernetes: the scheduler places them). Here: only what is given, and
+        None unless all three are."""
+        if memory_mb is None or cpus is None or pids is None:
+            return None
+        return HostFacts(cpus=cpus, memory_mb=memory_mb, pids=pids)
 
     def image_for(self, spec: SandboxSpec) -> str:
         """The image an instance of ``spec`` runs when the spec names none."""

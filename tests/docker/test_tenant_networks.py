@@ -11,7 +11,6 @@ import secrets
 import pytest
 
 from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, LABEL_TENANT_HASH, MANAGED_BY, tenant_hash
-from sandbox.backends.docker.backend import _call as engine_call
 from sandbox.errors import NotFound
 from sandbox.models import Exec, NetworkPolicy, SandboxSpec
 from sandbox.service import Principal
@@ -79,7 +78,7 @@ async def test_a_create_whose_network_another_replica_just_removed_makes_it_agai
                                                    labels=labels)  # fmt: skip
 
         async def start() -> None:
-            await engine_call("start the container", container.start)  # the backend's, errors translated
+            await plane.backend._call("start the container", container.start)  # the backend's, errors translated
 
         with pytest.raises(NotFound):
             await start()  # the engine's answer without the network

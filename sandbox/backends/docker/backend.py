@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 
 import docker
 import docker.errors
-import requests.exceptions
 from docker.models.containers import Container
 
 from sandbox.agent_client import AgentClient
@@ -46,15 +45,16 @@ from sandbox.backends.base import (
     Backend,
     BackendInstance,
     BackendSnapshot,
+    HostFacts,
     RuntimeState,
     check_cpus,
 )
-from sandbox.backends.docker import android_params, disk
+from sandbox.backends.docker import android_params, disk, host
 from sandbox.backends.docker import claims as claim_files
 from sandbox.backends.docker.claim_writer import ClaimWriter
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.docker.describe import NOT_RUNNING, describe, from_summary, timestamp
-from sandbox.backends.docker.engine_client import connect
+from sandbox.backends.docker.engine_client import EngineCalls, connect
 from sandbox.backends.docker.networks import InternalNetworks
 from sandbox.backends.docker.teardown import TeardownLane, engine_needs_lane, run_to_exit, stop_now
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
@@ -63,32 +63,13 @@ from sandbox.protocol import AGENT_SOCKET_NAME, SOCKET_DIR_IN_SANDBOX
 
 T = TypeVar("T")
 
+SANDBOX_OOM_SCORE_ADJ = 500
+"""Sandboxes are what the kernel's OOM killer takes first when the host runs out of memory; the engine (dockerd
+starts at -500) and the control plane (``sandbox.server`` lowers its own) are the last."""
 CONTAINER_PREFIX = "sbx-"
 SNAPSHOT_REPO = "sandbox-snap"
 VOLUME_PREFIX = "sbxvol-"
 SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER, SandboxKind.ANDROID)
-
-
-def _translate(e: Exception, what: str) -> SandboxError:
-    if isinstance(e, docker.errors.ImageNotFound):
-        return NotFound(f"{what}: image not found ({e.explanation}); build it with `sandbox images build`")
-    if isinstance(e, docker.errors.NotFound):
-        return NotFound(f"{what}: {e.explanation}")
-    if isinstance(e, docker.errors.APIError):
-        return BackendError(f"{what}: the engine refused: {e.explanation or e}")
-    if isinstance(e, (requests.exceptions.ConnectionError, ConnectionError)):
-        return Unavailable(f"{what}: the Docker engine does not answer: {e}")
-    return BackendError(f"{what}: {e}")
-
-
-ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError)
-
-
-async def _call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    try:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-    except ENGINE_ERRORS as e:
-        raise _translate(e, what) from e
 
 
 class DockerBackend(Backend):
@@ -100,7 +81,9 @@ class DockerBackend(Backend):
         self._claims = ClaimWriter(config.socket_root)
         self._client: docker.DockerClient | None = None
         self._info: dict[str, Any] | None = None
-        self._networks = InternalNetworks(lambda: self.client, config.owner, self.owner_labels(), _call)
+        self._call = EngineCalls(config.engine_calls)  # every engine call: ``await self._call(what, fn, ...)``
+        self.engine_gate = self._call.gate  # its pressure() for readiness, its stats() for metrics
+        self._networks = InternalNetworks(lambda: self.client, config.owner, self.owner_labels(), self._call)
         self._teardowns = TeardownLane(config.teardown_lock)
         self._probe: asyncio.Future[Any] | None = None
 
@@ -108,17 +91,30 @@ class DockerBackend(Backend):
     def client(self) -> docker.DockerClient:
         if self._client is None:
             try:
+                # 120 s stays: the gate fails callers within engine_calls.stall_s of a stall; this only bounds how
+                # long a worker thread is held, and a commit or an image removal may rightly take a minute.
                 self._client = connect(self.config.base_url, max_pool_size=self.config.max_pool_size, timeout=120)
             except docker.errors.DockerException as e:
                 raise Unavailable(f"cannot reach the Docker engine: {e}") from e
         return self._client
+
+    async def host_facts(
+        self, *, memory_mb: float | None = None, cpus: float | None = None, pids: int | None = None
+    ) -> HostFacts:
+        info = await self._call_info()
+        return host.host_facts(
+            info, local=host.is_local(self.config.base_url), memory_mb=memory_mb, cpus=cpus, pids=pids
+        )
+
+    def pressure(self) -> str | None:
+        return self.engine_gate.pressure()
 
     async def ping(self) -> None:
         """The engine's info, not its ``/_ping``: a dockerd deadlocked in libnetwork (``teardown.py``) still
         answers a ping but no longer its info. One probe at a time: a caller that gives up leaves it running, and
         the next caller waits for that one rather than holding another worker thread on a stuck engine."""
         if self._probe is None or self._probe.done():
-            self._probe = asyncio.ensure_future(_call("ask the engine how it is", self.client.info))
+            self._probe = asyncio.ensure_future(self._call("ask the engine how it is", self.client.info))
             self._probe.add_done_callback(lambda probe: probe.cancelled() or probe.exception())
         await asyncio.shield(self._probe)
 
@@ -157,7 +153,9 @@ class DockerBackend(Backend):
             async with self._networks.joining(spec.network, tenant) as network:  # None: not network internal
                 params = await self._run_params(instance_id, spec, socket_dir, pool, network)
                 # create + start, never containers.run: run pulls a missing image, and no registry is reachable.
-                make = partial(_call, f"create instance {instance_id}", self.client.containers.create, **params)
+                make = partial(
+                    self._call, f"create instance {instance_id}", self.client.containers.create, kind="create", **params
+                )
                 try:
                     container = await settled(self._networks.again_if_gone(network, tenant, make))
                 except NotFound as e:  # the android image is built from a local SDK: say how
@@ -168,11 +166,11 @@ class DockerBackend(Backend):
                     if spec.resources.disk_mb is not None and disk.ENGINE_REFUSAL in e.message:
                         raise disk.refused(e.message) from e
                     raise
-                start = partial(_call, f"start instance {instance_id}", container.start)
+                start = partial(self._call, f"start instance {instance_id}", container.start, kind="start")
                 await settled(self._networks.again_if_gone(network, tenant, start))
             configured = android.ready_timeout(spec, self.config.ready_timeout_s)
             await self._wait_ready(instance_id, ready_timeout or configured)
-            await _call(f"inspect instance {instance_id}", container.reload)
+            await self._call(f"inspect instance {instance_id}", container.reload)
             raise_if_cancelled()
         except BaseException:
             with contextlib.suppress(Exception):
@@ -182,13 +180,9 @@ class DockerBackend(Backend):
 
     async def _tear_down(self, what: str, fn: Callable[[], T]) -> T:
         """A call that ends a container's run (a kill, a wait for an exit): in the teardown lane when the engine
-        needs one (``teardown.py``)."""
-        if not await self._needs_lane():
-            return await _call(what, fn)
-        try:
-            return await self._teardowns.run(fn)
-        except ENGINE_ERRORS as e:
-            raise _translate(e, what) from e
+        needs one (``teardown.py``). Patient in the gate: it waits for an exit, and for its turn in the lane."""
+        run = partial(self._teardowns.run, fn) if await self._needs_lane() else partial(asyncio.to_thread, fn)
+        return await self._call.run(what, "remove", run, patient=True)
 
     async def _needs_lane(self) -> bool:
         if self.config.serial_teardown != "auto":
@@ -198,7 +192,7 @@ class DockerBackend(Backend):
     async def _call_info(self) -> dict[str, Any]:
         """The engine's info, asked once: its CPUs (what nano_cpus is checked against) and storage driver."""
         if self._info is None:
-            self._info = dict(await _call("ask the engine of its host", self.client.info) or {})
+            self._info = dict(await self._call("ask the engine of its host", self.client.info) or {})
         return self._info
 
     async def _wait_ready(self, instance_id: str, ready_timeout: float | None) -> None:
@@ -217,11 +211,11 @@ class DockerBackend(Backend):
             # Killed, not stopped: the sandbox failed, so a graceful stop buys nothing (written files are in the
             # page cache either way) and costs seconds, Chromium's shutdown most of all.
             await settled(self._tear_down(f"stop instance {instance_id}", partial(stop_now, container)))
-            await settled(_call(f"restart instance {instance_id}", container.start))
+            await settled(self._call(f"restart instance {instance_id}", container.start, kind="start"))
         else:
-            await settled(_call(f"restart instance {instance_id}", container.start))
+            await settled(self._call(f"restart instance {instance_id}", container.start, kind="start"))
         await self._wait_ready(instance_id, ready_timeout)
-        await _call(f"inspect instance {instance_id}", container.reload)
+        await self._call(f"inspect instance {instance_id}", container.reload)
         return describe(container)
 
     async def _run_params(
@@ -258,6 +252,7 @@ class DockerBackend(Backend):
             "mem_limit": f"{r.memory_mb}m",
             "memswap_limit": f"{r.memory_mb}m",
             "pids_limit": r.pids,
+            "oom_score_adj": SANDBOX_OOM_SCORE_ADJ,
             "shm_size": f"{r.shm_mb}m",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
@@ -291,17 +286,18 @@ class DockerBackend(Backend):
     async def _ensure_volume(self, name: str, image: str) -> str:
         full = f"{VOLUME_PREFIX}{name}"
         try:
-            await _call(f"inspect volume {name}", self.client.volumes.get, full)
+            await self._call(f"inspect volume {name}", self.client.volumes.get, full)
             return full
         except NotFound:
             pass
-        await _call(f"create volume {name}", self.client.volumes.create, name=full, labels=self.owner_labels())
+        await self._call(f"create volume {name}", self.client.volumes.create, name=full, labels=self.owner_labels())
         # A new volume is owned by root; hand it to the sandbox user once, with a throwaway container.
         uid = self.config.sandbox_uid
         chown = await settled(
-            _call(
+            self._call(
                 f"prepare volume {name}",
                 self.client.containers.create,
+                kind="create",
                 image=image,
                 command=["chown", f"{uid}:{uid}", "/volume"],
                 entrypoint=[],
@@ -316,7 +312,7 @@ class DockerBackend(Backend):
             if result.get("StatusCode") != 0:
                 raise BackendError(f"could not hand volume {name} to uid {uid}: exit {result.get('StatusCode')}")
         finally:
-            await asyncio.shield(_call(f"prepare volume {name}", chown.remove, force=True))
+            await asyncio.shield(self._call(f"prepare volume {name}", chown.remove, kind="remove", force=True))
         return full
 
     async def destroy(self, instance_id: str) -> None:
@@ -325,7 +321,7 @@ class DockerBackend(Backend):
             container = await self._get(instance_id)
             if await self._needs_lane():  # stopped in turn; its files are removed beside other removals
                 await self._tear_down(f"stop instance {instance_id}", partial(stop_now, container))
-            await _call(f"remove instance {instance_id}", container.remove, force=True, v=True)
+            await self._call(f"remove instance {instance_id}", container.remove, kind="remove", force=True, v=True)
             await self._networks.release(container.attrs)  # its tenant's internal network, if the last one on it
         except NotFound:
             pass
@@ -348,7 +344,7 @@ class DockerBackend(Backend):
     async def _list(self, what: str, **filters: list[str]) -> list[BackendInstance]:
         owned = [f"{LABEL_MANAGED_BY}={MANAGED_BY}", f"{LABEL_OWNER}={self.config.owner}"]
         # The low-level listing: containers.list() inspects each one and fails when one goes meanwhile.
-        summaries = await _call(what, self.client.api.containers, all=True, filters={"label": owned, **filters})
+        summaries = await self._call(what, self.client.api.containers, all=True, filters={"label": owned, **filters})
         return [from_summary(s) for s in summaries if LABEL_INSTANCE in (s.get("Labels") or {})]
 
     async def logs(self, instance_id: str, *, tail: int = 200) -> str:
@@ -356,7 +352,7 @@ class DockerBackend(Backend):
             container = await self._get(instance_id)
         except NotFound:
             return ""
-        raw = await _call(f"logs of {instance_id}", container.logs, tail=tail, stdout=True, stderr=True)
+        raw = await self._call(f"logs of {instance_id}", container.logs, tail=tail, stdout=True, stderr=True)
         return raw.decode("utf-8", errors="replace")
 
     # ------------------------------------------------------------------ claims
@@ -377,9 +373,10 @@ class DockerBackend(Backend):
         if record is not None:
             labels[LABEL_SNAPSHOT_RECORD] = json.dumps(record, separators=(",", ":"))
         # pause=True: the file system does not change under the commit.
-        image = await _call(
+        image = await self._call(
             f"snapshot instance {instance_id}",
             container.commit,
+            kind="commit",
             repository=repository,
             tag=tag,
             conf={"Labels": {**container.labels, **labels}},
@@ -389,7 +386,7 @@ class DockerBackend(Backend):
 
     async def list_snapshots(self) -> list[BackendSnapshot]:
         filters = {"label": [f"{LABEL_OWNER}={self.config.owner}", LABEL_SNAPSHOT]}
-        images = await _call("list snapshots", self.client.images.list, filters=filters)
+        images = await self._call("list snapshots", self.client.images.list, filters=filters)
         found = []
         for image in images:
             raw = (image.labels or {}).get(LABEL_SNAPSHOT_RECORD)
@@ -404,8 +401,8 @@ class DockerBackend(Backend):
         self, *, keep: set[str], only: set[str] | None = None, min_age_s: float = 0.0
     ) -> list[str]:
         filters = {"label": [f"{LABEL_OWNER}={self.config.owner}", LABEL_SNAPSHOT]}
-        images = await _call("list snapshots", self.client.images.list, filters=filters)
-        containers = await _call(
+        images = await self._call("list snapshots", self.client.images.list, filters=filters)
+        containers = await self._call(
             "list instances",
             self.client.api.containers,
             all=True,
@@ -424,7 +421,9 @@ class DockerBackend(Backend):
                 continue  # committed a moment ago: the record naming it may not be stored yet
             for tag in tags or {image.id}:
                 try:
-                    await _call(f"remove snapshot {tag}", self.client.images.remove, tag, noprune=False)
+                    await self._call(
+                        f"remove snapshot {tag}", self.client.images.remove, tag, kind="remove", noprune=False
+                    )
                     removed.append(tag)
                 except SandboxError as e:  # still in use by a container that is starting: next time
                     logging.getLogger(__name__).info("snapshot %s kept: %s", tag, e.message)
@@ -438,10 +437,13 @@ class DockerBackend(Backend):
 
     async def close(self) -> None:
         await super().close()
+        self.engine_gate.close()
         await asyncio.to_thread(self._teardowns.close)
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
             self._client = None
 
     async def _get(self, instance_id: str) -> Container:
-        return await _call(f"find instance {instance_id}", self.client.containers.get, self.container_name(instance_id))
+        return await self._call(
+            f"find instance {instance_id}", self.client.containers.get, self.container_name(instance_id)
+        )

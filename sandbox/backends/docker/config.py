@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox.backends.engine_gate import EngineCallSettings
+
 DEFAULT_TEARDOWN_LOCK = "/run/lock/sandbox-docker-teardown.lock"
 
 
@@ -46,4 +48,11 @@ class DockerConfig(BaseModel):
     teardown_lock: str | None = Field(
         DEFAULT_TEARDOWN_LOCK,
         description="The host-wide lock file the control planes sharing an engine take turns on; None: this process.",
+    )
+    engine_calls: EngineCallSettings = Field(
+        default_factory=EngineCallSettings,
+        description=(
+            "Backpressure on the engine: calls in flight per kind (create, start, commit, remove, other), the rest "
+            "queued; when the engine stops answering, calls fail at once with 'unavailable' (engine_gate.py)."
+        ),
     )

@@ -46,7 +46,8 @@ INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
 
 T = TypeVar("T")
 Call = Callable[..., Awaitable[Any]]
-"""The backend's engine call: ``call(what, fn, *args, **kwargs)``, in a thread, errors translated."""
+"""The backend's engine call: ``call(what, fn, *args, kind=..., **kwargs)``, in a thread through the engine gate,
+errors translated (``engine_client.EngineCalls``)."""
 
 
 class InternalNetworks:
@@ -124,7 +125,7 @@ class InternalNetworks:
         for network in await self._call("list networks", client.networks.list, names=[name]):
             if network.name == name and (network.attrs.get("Labels") or {}).get(LABEL_OWNER) == self._owner:
                 with contextlib.suppress(NotFound):
-                    await self._call(f"remove network {name}", network.remove)
+                    await self._call(f"remove network {name}", network.remove, kind="remove")
 
 
 async def ensure_internal_network(client: docker.DockerClient, name: str, labels: dict[str, str], call: Call) -> str:
@@ -141,7 +142,7 @@ async def ensure_internal_network(client: docker.DockerClient, name: str, labels
             )
             return name
         try:
-            await call("replace the internal network", network.remove)
+            await call("replace the internal network", network.remove, kind="remove")
         except NotFound:
             pass
         except SandboxError:  # a sandbox joined it meanwhile: keep it, as above
