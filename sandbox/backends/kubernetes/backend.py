@@ -1,7 +1,8 @@
 """Instances as pods on a Kubernetes cluster, through kubernetes_asyncio (nothing blocks the event loop).
 
 An instance is a Pod and a Secret holding its agent's token (manifests.py says what the pod spec does and why).
-``create`` makes the Secret, the Pod, then waits, through a watch, for the pod to run with an IP, and for the
+``create`` makes the Secret, the Pod, then waits, through a watch, for the scheduler to place the pod (waiting for
+capacity up to ``schedule_timeout_s``, then CapacityExhausted: startup.py), for it to run with an IP, and for the
 agent to answer healthy over TCP with the token; a spec whose image is ``archive:<name>`` is then restored from
 that snapshot archive (snapshots.py). Every call that makes something on the cluster runs to its end even when its
 caller is cancelled, and a failed or cancelled create deletes what it made: no pod or secret is left behind.
@@ -16,6 +17,9 @@ What differs from Docker, by design:
   restarted container as failed (status.py). The service then replaces the instance (``auto_recover``) or marks the
   sandbox unhealthy with the reason: a holder sees a replacement or a clear error, never lost files in silence.
 - an evicted pod or one on a lost node is EXITED with the scheduler's or the node controller's reason.
+- capacity is the scheduler's: the backend sizes no host (``host_facts`` is None); a pod it cannot place is waited
+  for, and a create the namespace's ResourceQuota refuses is CapacityExhausted (errors.py), as is one that finds no
+  room before ``schedule_timeout_s``.
 - snapshots are archives of the writable paths (snapshots.py), not images.
 """
 
@@ -32,8 +36,15 @@ from typing import Any
 from sandbox.agent_client import AgentClient, _TcpTransport
 from sandbox.aio import raise_if_cancelled, settled
 from sandbox.backends import android
-from sandbox.backends.base import LABEL_INSTANCE, Backend, BackendInstance, BackendSnapshot, RuntimeState
-from sandbox.backends.kubernetes import manifests, status
+from sandbox.backends.base import (
+    LABEL_INSTANCE,
+    Backend,
+    BackendInstance,
+    BackendSnapshot,
+    HostFacts,
+    RuntimeState,
+)
+from sandbox.backends.kubernetes import manifests, startup, status
 from sandbox.backends.kubernetes.api import KubeApi, core_path, policy_path
 from sandbox.backends.kubernetes.claims import claim_patch, read_claims
 from sandbox.backends.kubernetes.config import KubernetesConfig
@@ -85,6 +96,12 @@ class KubernetesBackend(Backend):
                     self._api = await KubeApi.connect(self.config)
         return self._api
 
+    async def host_facts(
+        self, *, memory_mb: float | None = None, cpus: float | None = None, pids: int | None = None
+    ) -> HostFacts | None:
+        """None, whatever is configured: the pods share no one host; the scheduler places them (startup.py)."""
+        return None
+
     async def ping(self) -> None:
         api = await self.api()
         await api.call("GET", self._pods(), what="list pods", query={"limit": 1})
@@ -107,7 +124,6 @@ class KubernetesBackend(Backend):
         if spec.kind not in SUPPORTED_KINDS:
             raise FailedPrecondition(f"the kubernetes backend cannot run {spec.kind.value} sandboxes")
         timeout = ready_timeout or android.ready_timeout(spec, self.config.ready_timeout_s)
-        deadline = asyncio.get_running_loop().time() + timeout
         archive = self.archives.name_of(spec.image or "") if (spec.image or "").startswith(ARCHIVE_PREFIX) else None
         image = manifests.kind_image(self.config, spec.kind.value) if archive else self.image_for(spec)
         name, token = self.pod_name(instance_id), secrets.token_urlsafe(32)
@@ -127,9 +143,9 @@ class KubernetesBackend(Backend):
             pod = await settled(api.create(self._pods(), pod_manifest, what=f"create pod {name}"))
             patch = manifests.owned_by_pod(pod)
             await api.merge_patch(self._secret(instance_id), patch, what=f"attach {name}'s secret to it")
-            pod = await self._wait_running(api, pod, deadline, timeout)
+            pod, ready_by = await self._wait_running(api, pod, instance_id, timeout)
             self._endpoints[instance_id] = (str(status.pod_ip(pod)), token)
-            await self._wait_ready(instance_id, max(1.0, deadline - asyncio.get_running_loop().time()))
+            await self._wait_ready(instance_id, max(1.0, ready_by - asyncio.get_running_loop().time()))
             if archive is not None:
                 await restore_archive(
                     self.agent(instance_id), self.archives, archive, restart_programs=spec.kind is SandboxKind.DESKTOP
@@ -141,49 +157,20 @@ class KubernetesBackend(Backend):
             raise
         return status.describe(pod)
 
-    async def _wait_running(self, api: KubeApi, pod: dict[str, Any], deadline: float, timeout: float) -> dict[str, Any]:
-        """Follow the pod through a watch until it runs with an IP; fail early when it cannot start."""
-        loop, name = asyncio.get_running_loop(), pod["metadata"]["name"]
-        while status.pod_ip(pod) is None:
-            failure = status.startup_failure(pod)
-            if failure is not None:
-                why, image_fault = failure
-                if image_fault:
-                    raise NotFound(f"pod {name} cannot pull its image: {why}")
-                raise Unavailable(f"pod {name} cannot start: {why}")
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise Unavailable(f"pod {name} was not running within {timeout:g} s: {status.pending_reason(pod)}")
-            try:
-                async with asyncio.timeout(remaining + 1):
-                    pod = await self._next_state(api, pod, remaining)
-            except TimeoutError:
-                continue
-            except Unavailable as e:  # the watch broke (or its version expired): read the pod again
-                _log.info("watching pod %s: %s; reading it again", name, e.message)
-                await asyncio.sleep(0.2)
-                pod = await api.get(self._pods(name), what=f"read pod {name}")
-        return pod
-
-    async def _next_state(self, api: KubeApi, pod: dict[str, Any], remaining: float) -> dict[str, Any]:
-        """The pod once it runs or fails, or as last seen when the watch ends."""
-        name = pod["metadata"]["name"]
-        events = api.watch(
-            self._pods(),
-            what=f"watch pod {name}",
-            resource_version=str(pod["metadata"].get("resourceVersion", "")),
-            timeout_s=remaining,
-            fields=f"metadata.name={name}",
+    async def _wait_running(
+        self, api: KubeApi, pod: dict[str, Any], instance_id: str, ready_timeout: float
+    ) -> tuple[dict[str, Any], float]:
+        """The pod once it runs with an IP (waiting for capacity first while the scheduler cannot place it), and the
+        deadline of its readiness (startup.py)."""
+        return await startup.wait_running(
+            api,
+            pod,
+            namespace=self.config.namespace,
+            schedule_timeout_s=self.config.schedule_timeout_s,
+            ready_timeout_s=ready_timeout,
+            logger=_log,
+            instance=instance_id,
         )
-        async with contextlib.aclosing(events):
-            async for kind, obj in events:
-                if kind == "DELETED":
-                    raise FailedPrecondition(f"pod {name} was deleted while it started")
-                if kind in ("ADDED", "MODIFIED"):
-                    pod = obj
-                    if status.pod_ip(pod) is not None or status.startup_failure(pod) is not None:
-                        break
-        return pod
 
     async def _wait_ready(self, instance_id: str, timeout: float) -> None:
         try:

@@ -6,10 +6,10 @@ The keys match what the Helm chart and the kustomize base render into ``server.j
 Shared volumes are PersistentVolumeClaims of ``storage_class`` with ``volume_access_mode`` (ReadWriteMany by
 default: sandboxes on any node mount the same volume). Where the class cannot provide ReadWriteMany (most block
 storage: EBS, GCE PD, Ceph RBD, local-path), the claim stays Pending, the pods that mount it stay unscheduled, and
-``create`` fails after ``ready_timeout_s`` with the scheduler's reason in its message. Choose a class that has it
+``create`` fails after ``schedule_timeout_s`` with the scheduler's reason in its message. Choose a class that has it
 (NFS, CephFS, EFS, Filestore, Longhorn RWX), or set ``volume_access_mode: ReadWriteOnce``: then every pod sharing a
 volume must run on the node that mounted it first; pods placed elsewhere stay in ContainerCreating (the attach
-fails with a Multi-Attach error) and ``create`` fails the same way.
+fails with a Multi-Attach error) and ``create`` fails after ``ready_timeout_s``, with the kubelet's reason.
 """
 
 from __future__ import annotations
@@ -70,7 +70,17 @@ class KubernetesConfig(BaseModel):
     )
     agent_port: int = Field(7000, ge=1, le=65535, description="TCP port the agent listens on inside the pod.")
     ready_timeout_s: float = Field(
-        180.0, gt=0, description="How long a new pod may take to be scheduled, pull its image and become healthy."
+        180.0,
+        gt=0,
+        description="How long a new pod may take, once the scheduler has placed it, to pull its image and become "
+        "healthy.",
+    )
+    schedule_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="How long a new pod may wait for the scheduler to place it (Pending, PodScheduled False: no node "
+        "has room, or none matches): the create logs the scheduler's reason meanwhile, and then fails with "
+        "CapacityExhausted quoting it, the pod deleted. Long enough for a cluster autoscaler to add a node.",
     )
     api_timeout_s: float = Field(30.0, gt=0, description="Deadline of one call to the API server.")
     runtime_class: str | None = Field(

@@ -1,4 +1,5 @@
-"""The API server's answers, as the platform's exceptions: ONE table, read by :func:`translate`.
+"""The API server's answers, as the platform's exceptions: ONE table by status code (and the few answers told apart
+by the server's words), read by :func:`translate`.
 
 Every call to the API server goes through :func:`translate` (via ``api.KubeApi``), so kubernetes_asyncio's and
 aiohttp's exceptions never leave the backend: each becomes a :mod:`sandbox.errors` class, raised ``from`` the
@@ -15,7 +16,15 @@ import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException, OpenApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
+from sandbox.errors import (
+    BackendError,
+    CapacityExhausted,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    SandboxError,
+    Unavailable,
+)
 
 STATUS_TABLE: dict[int, tuple[type[SandboxError], str]] = {
     400: (InvalidArgument, "the API server rejected the request"),
@@ -38,6 +47,26 @@ STATUS_TABLE: dict[int, tuple[type[SandboxError], str]] = {
 }
 """HTTP status -> (exception class, what it means). Any other 5xx is Unavailable; any other status a BackendError."""
 
+REFINED: tuple[tuple[int, str, type[SandboxError], str, str], ...] = (
+    (
+        403,
+        "exceeded quota",
+        CapacityExhausted,
+        "the sandbox namespace's ResourceQuota is used up (a ceiling the API server enforces; not RBAC)",
+        "end other sandboxes, raise the quota (the chart's sandboxes.resourceQuota.hard), or ask for fewer resources",
+    ),
+    (
+        403,
+        "failed quota",
+        BackendError,
+        "a ResourceQuota of the sandbox namespace refuses the object as it is (not RBAC)",
+        "the quota limits a resource the object does not state",
+    ),
+)
+"""(HTTP status, words in the API server's message, exception class, what it means, what to do), read before
+STATUS_TABLE: answers that share a status code but not a meaning (the ResourceQuota admission's 403 is no RBAC
+refusal)."""
+
 
 def status_message(body: Any) -> str:
     """The ``message`` of a Kubernetes Status object in a response body (bytes, str or dict), or the body itself."""
@@ -59,6 +88,9 @@ def for_status(status: int, body: Any, what: str) -> SandboxError:
     if status >= 500 and status not in STATUS_TABLE:
         meaning = f"the API server failed (HTTP {status}); retry"
     detail = status_message(body)
+    for code, words, refined, says, advice in REFINED:
+        if code == status and words in detail:
+            return refined(f"{what}: {says}: {detail}; {advice}")
     return cls(f"{what}: {meaning}" + (f": {detail}" if detail else ""))
 
 

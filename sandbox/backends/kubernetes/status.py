@@ -137,6 +137,35 @@ def pending_reason(pod: dict[str, Any]) -> str:
     return f"pod phase {status.get('phase', 'Pending')}"
 
 
+def scheduled(pod: dict[str, Any]) -> bool:
+    """Whether the scheduler has placed the pod on a node (bound: ``spec.nodeName``, or PodScheduled True)."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return True
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "True" for c in conditions)
+
+
+def unschedulable(pod: dict[str, Any]) -> str | None:
+    """The scheduler's word on a pod it tried and could not place (condition PodScheduled False: reason
+    Unschedulable, e.g. "0/3 nodes are available: 3 Insufficient memory."), or None (placed, or not tried yet)."""
+    if scheduled(pod):
+        return None
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "Unschedulable")
+    return None
+
+
+def requests_of(pod: dict[str, Any]) -> str:
+    """What the pod asks the scheduler for, for people: ``cpu=2, memory=4096Mi``."""
+    asked: dict[str, str] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        for key, value in {**(resources.get("limits") or {}), **(resources.get("requests") or {})}.items():
+            asked.setdefault(str(key), str(value))
+    return ", ".join(f"{k}={v}" for k, v in sorted(asked.items())) or "no resources"
+
+
 def startup_failure(pod: dict[str, Any]) -> tuple[str, bool] | None:
     """While waiting for a new pod: (why it will not come up, whether its image is the cause), or None (wait on)."""
     state, _, detail = judge(pod)

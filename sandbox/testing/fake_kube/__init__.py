@@ -16,6 +16,9 @@ kubernetes_asyncio client through a kubeconfig (not a mock of Python calls).
 - simulate.py (mode "simulate"): pods scheduled over N simulated nodes, Running at once, never realized; a node can
   be lost; sim_agent.py (``agents=True``): one TCP server answering the agent protocol (hello with the pod's own
   token, ping, health) for every simulated pod;
+- scheduler.py (``allocatable={"cpu": ..., "memory": ...}``, either mode): nodes of limited room; a pod that does
+  not fit stays Pending, unschedulable, with the scheduler's condition and FailedScheduling Event, until a pod goes;
+  quota.py: ResourceQuota objects refuse pod creates past them (403 "exceeded quota"); quantities.py: the sums;
 - harness.py: ``FakeKube``, the server in a thread of its own, its kubeconfig and the controls.
 """
 

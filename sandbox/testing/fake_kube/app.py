@@ -1,7 +1,8 @@
 """The fake API server's HTTP side (aiohttp): the Kubernetes REST paths of the resources the store serves (the
 built-in ones of ``objects.RESOURCES`` and the custom ones of the CRDs created: ``/apis/<group>/<version>/...`` with
 their ``status`` and ``scale`` subresources), ``pods/log``, ``?watch=true`` streams (one JSON event a line), the
-discovery documents, bearer-token auth (401) and RBAC refusals on demand (403), all errors as Status objects."""
+discovery documents, bearer-token auth (401), RBAC refusals on demand (403) and the ResourceQuota admission of pods
+(403 "exceeded quota": quota.py), all errors as Status objects."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sandbox.testing.fake_kube import custom
+from sandbox.testing.fake_kube import custom, quota
 from sandbox.testing.fake_kube.objects import ApiError, ObjectStore, merge_patch
 
 DISCOVERY = ("/api", "/apis", "/api/v1")
@@ -176,6 +177,8 @@ class FakeApi:
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "the body must be an object")
+            if resource == "pods":
+                quota.admit_pod(store, namespace or "", body)  # 403 "exceeded quota", as the admission plugin
             created = store.create(resource, namespace or "", body)
             return web.json_response(created, status=201)
         if request.method != "GET":

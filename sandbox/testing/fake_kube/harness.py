@@ -1,6 +1,6 @@
 """``FakeKube``: the fake API server running on 127.0.0.1 in a thread of its own, with a kubeconfig that points at
 it and the controls tests and benchmarks need (lose a node, evict a pod, kill a container behind the API's back,
-refuse a verb as RBAC would)."""
+refuse a verb as RBAC would, set a ResourceQuota, limit the nodes' room)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from aiohttp import web
 from sandbox.testing.fake_kube.app import FakeApi
 from sandbox.testing.fake_kube.custom import CRD_RESOURCE
 from sandbox.testing.fake_kube.objects import ObjectStore, Validator
-from sandbox.testing.fake_kube.realize import TEARDOWNS, Realizer
+from sandbox.testing.fake_kube.realize import NODE, TEARDOWNS, Realizer
+from sandbox.testing.fake_kube.scheduler import Scheduler
 from sandbox.testing.fake_kube.sim_agent import SIMULATED_IP, SimAgent
 from sandbox.testing.fake_kube.simulate import Simulator
 
@@ -49,11 +50,15 @@ class FakeKube:
         restart_backoff_s: float = 1.0,
         agents: bool = False,
         validate: Validator | None = None,
+        allocatable: dict[str, str] | None = None,
     ) -> None:
         """``token``: the bearer token callers must send; "" for none (kubectl sends no token over plain HTTP).
         ``agents`` (mode "simulate"): simulated pods get the simulated agent's address (sim_agent.py), so the control
         plane's agent calls are answered. ``validate``: called with each custom object about to be stored; what it
-        refuses (AssertionError, ValueError) is answered 422 (e.g. the CRD's schema, checked with jsonschema)."""
+        refuses (AssertionError, ValueError) is answered 422 (e.g. the CRD's schema, checked with jsonschema).
+        ``allocatable``: each node's room, e.g. {"cpu": "2", "memory": "4Gi", "pods": "110"} (mode "realize" has one
+        node): pods that do not fit stay Pending, unschedulable, until room frees (scheduler.py). None: unlimited,
+        every pod placed at once."""
         self.mode = mode
         self.owner = owner
         self.namespaces = namespaces
@@ -62,6 +67,8 @@ class FakeKube:
         self.restart_backoff_s = restart_backoff_s
         self.agents = agents
         self.validate = validate
+        self.allocatable = allocatable
+        self.scheduler: Scheduler | None = None
         self.sim_agent: SimAgent | None = None
         self.agent_port = 0
         """The simulated agent's port (``agents``): the ``agent_port`` of the backend's config."""
@@ -147,6 +154,11 @@ class FakeKube:
                 self.agent_port = await self.sim_agent.start()
             self.kubelet = Simulator(store, nodes=self.nodes, address=SIMULATED_IP if self.agents else None)
         self.kubelet.start()
+        if self.allocatable is not None:
+            kubelet = self.kubelet
+            nodes, lost = (kubelet.nodes, kubelet.lost) if isinstance(kubelet, Simulator) else ([NODE], None)
+            self.scheduler = Scheduler(store, nodes=nodes, allocatable=self.allocatable, lost=lost)
+            self.scheduler.start(in_front_of=self.kubelet.on_pod)
         self.api = FakeApi(store, token=self.token, logs=self.kubelet.logs, delete_pod=self.kubelet.delete_pod)
         self._runner = web.AppRunner(self.api.app(), access_log=None, shutdown_timeout=2)
         await self._runner.setup()
@@ -272,6 +284,23 @@ class FakeKube:
         store = self._require_store()
         for crd in crds:
             await self.call(store.create, CRD_RESOURCE, "", crd)
+
+    async def apply_quota(self, quota: dict[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
+        """Create (or replace) a ResourceQuota, e.g. the chart's: pod creates past its ``spec.hard`` are answered 403
+        "exceeded quota" from then on (quota.py)."""
+        store = self._require_store()
+        where, name = namespace or self.namespaces[0], quota["metadata"]["name"]
+        body = {**quota, "metadata": {**quota["metadata"], "namespace": where}}
+        if (await self.call(store.list, "resourcequotas", where, fields=f"metadata.name={name}"))[0]:
+            return dict(await self.call(store.replace, "resourcequotas", where, name, body))
+        return dict(await self.call(store.create, "resourcequotas", where, body))
+
+    async def events(self, *, pod: str | None = None, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The Events of the namespace (of one pod: its ``involvedObject``), as ``kubectl get events`` lists them."""
+        store = self._require_store()
+        fields = f"involvedObject.name={pod}" if pod else ""
+        items, _ = await self.call(store.list, "events", namespace or self.namespaces[0], fields=fields)
+        return list(items)
 
     def forbid(self, verb: str, resource: str) -> None:
         """Answer ``verb`` on ``resource`` with 403, as a Role without it would."""

@@ -50,6 +50,8 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "pods": ("v1", "Pod", True),
     "secrets": ("v1", "Secret", True),
     "persistentvolumeclaims": ("v1", "PersistentVolumeClaim", True),
+    "events": ("v1", "Event", True),
+    "resourcequotas": ("v1", "ResourceQuota", True),
     "networkpolicies": ("networking.k8s.io/v1", "NetworkPolicy", True),
     custom.CRD_RESOURCE: ("apiextensions.k8s.io/v1", "CustomResourceDefinition", False),
 }

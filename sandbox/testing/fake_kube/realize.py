@@ -95,7 +95,7 @@ class Realizer:
         self._monitor: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self.store.pod_hooks.append(self._on_pod)
+        self.store.pod_hooks.append(self.on_pod)
         self._monitor = asyncio.create_task(self._watch_containers())
 
     def _spawn(self, coro: Any) -> asyncio.Task[None]:
@@ -104,7 +104,7 @@ class Realizer:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
+    def on_pod(self, event: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         if event == "ADDED":
             record = self._pods[meta["uid"]] = _Pod(meta["namespace"], meta["name"], meta["uid"])

@@ -90,6 +90,12 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "metadata.namespace": ("metadata", "namespace"),
     "spec.nodeName": ("spec", "nodeName"),
     "status.phase": ("status", "phase"),
+    # an Event's
+    "involvedObject.kind": ("involvedObject", "kind"),
+    "involvedObject.name": ("involvedObject", "name"),
+    "involvedObject.uid": ("involvedObject", "uid"),
+    "reason": ("reason",),
+    "type": ("type",),
 }
 
 
@@ -102,8 +108,11 @@ def parse_field_selector(raw: str) -> Callable[[dict[str, Any]], bool]:
         terms.append((_FIELDS[m.group(1)], m.group(2) == "!=", m.group(3)))
 
     def matches(obj: dict[str, Any]) -> bool:
-        for (section, key), negated, value in terms:
-            if (str((obj.get(section) or {}).get(key, "")) == value) == negated:
+        for path, negated, value in terms:
+            found: Any = obj
+            for key in path:
+                found = found.get(key) if isinstance(found, dict) else None
+            if (str(found if found is not None else "") == value) == negated:
                 return False
         return True
 

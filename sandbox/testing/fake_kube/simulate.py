@@ -1,6 +1,7 @@
 """The fake kubelets of mode "simulate": pods are not realized, only scheduled and reported running.
 
-Each created pod is bound round-robin to one of N simulated nodes (``spec.nodeName``; a lost node gets no new pods)
+Each created pod is bound round-robin to one of N simulated nodes (``spec.nodeName``; a lost node gets no new pods;
+with limited allocatable, the fake scheduler binds it instead: scheduler.py)
 and becomes Running at once with an address from its node's range (10.128.0.0/9, 4096 per node), a running
 container status and Ready conditions, so that thousands of pods cost only memory. ``lose_node`` makes the node
 controller's verdict on every pod of a node: phase Failed with reason NodeLost (or phase Unknown); ``evict`` the
@@ -34,19 +35,24 @@ class Simulator:
         self._addresses = [0] * nodes
 
     def start(self) -> None:
-        self.store.pod_hooks.append(self._on_pod)
+        self.store.pod_hooks.append(self.on_pod)
 
-    def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
+    def on_pod(self, event: str, pod: dict[str, Any]) -> None:
         if event == "ADDED":
             meta = pod["metadata"]
-            asyncio.get_running_loop().call_soon(self._run, meta["namespace"], meta["name"])
+            node = (pod.get("spec") or {}).get("nodeName")
+            asyncio.get_running_loop().call_soon(self._run, meta["namespace"], meta["name"], node)
 
-    def _run(self, namespace: str, name: str) -> None:
-        for _ in self.nodes:  # round-robin over the nodes still there
-            index = self._next % len(self.nodes)
-            self._next += 1
-            if self.nodes[index] not in self.lost:
-                break
+    def _run(self, namespace: str, name: str, node: str | None = None) -> None:
+        """Run the pod on ``node`` (where the scheduler bound it: scheduler.py), else on the next node round-robin."""
+        if node in self.nodes:
+            index = self.nodes.index(node)
+        else:
+            for _ in self.nodes:  # round-robin over the nodes still there
+                index = self._next % len(self.nodes)
+                self._next += 1
+                if self.nodes[index] not in self.lost:
+                    break
         self._addresses[index] += 1
         ip = self.address or str(ipaddress.IPv4Address(_BASE + index * 4096 + self._addresses[index] % 4096))
 

@@ -230,5 +230,8 @@ server.json: the settings `sandbox server --config` reads (pools, lifecycle, bac
   "android_kvm_resource" ($android.kvmResource | default nil)
   "android_kvm_group" ($android.kvmGroup | default nil)
 }}
+{{- if not (kindIs "invalid" $s.scheduleTimeoutSeconds) }}
+{{- $_ := set $backend "schedule_timeout_s" $s.scheduleTimeoutSeconds }}
+{{- end }}
 {{- dict "backend" $backend "pools" $pools "lifecycle" .Values.lifecycle | toPrettyJson }}
 {{- end }}
