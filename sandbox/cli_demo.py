@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sandbox.cli_errors import fail
 from sandbox.errors import SandboxError
 
 if TYPE_CHECKING:
@@ -290,8 +291,7 @@ def demo(
         try:
             stats = asyncio.run(go())
         except SandboxError as e:
-            err_console.print(f"[red]error[/red] ({e.code}): {escape(e.message)}")
-            raise typer.Exit(1) from None
+            fail(e)
     console.print(summary(stats))
     per_task = Table("task", "episodes", "mean reward", box=None)
     for task_id, rewards in sorted(stats.rewards.items()):

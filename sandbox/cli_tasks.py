@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from sandbox.cli_errors import fail
 from sandbox.errors import SandboxError
 
 task_app = typer.Typer(help="Tasks (OSWorld's task JSON): check files, run an episode.", no_args_is_help=True)
@@ -112,6 +113,5 @@ def run(
                 else:
                     sandbox.close()
     except SandboxError as e:
-        err_console.print(f"[red]error[/red] ({e.code}): {escape(e.message)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        fail(e)
     _say(f"reward {reward:g}")

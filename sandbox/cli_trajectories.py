@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sandbox.cli_errors import fail as _fail
 from sandbox.errors import SandboxError
 
 trajectory_app = typer.Typer(
@@ -23,11 +24,6 @@ err_console = Console(stderr=True)
 TargetOpt = Annotated[str, typer.Option("--target", envvar="SANDBOX_TARGET", help="gRPC address of the server.")]
 TokenOpt = Annotated[str | None, typer.Option("--token", envvar="SANDBOX_TOKEN", help="Bearer token.")]
 DEFAULT_TARGET = "127.0.0.1:50051"
-
-
-def _fail(e: SandboxError) -> None:
-    err_console.print(f"[red]error[/red] ({e.code}): {escape(e.message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(1)
 
 
 def _reward(value: float | None) -> str:

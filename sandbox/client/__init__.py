@@ -12,9 +12,11 @@ How sync and async share their code
 -----------------------------------
 There are no hand-written sync/async twins. Everything a call *does* — validating its arguments
 with the models (bad input fails here, before any I/O, as ``InvalidArgument`` naming the field),
-building the proto request, choosing the deadline, chunking files, reading the reply, turning
-a gRPC status into the platform's exception — is written once in :mod:`sandbox.client._ops` as
-a small generator that yields the I/O it needs and receives the results ("sans-I/O").
+building the proto request, choosing the deadline, chunking files, reading the reply — is written
+once in :mod:`sandbox.client._ops` as a small generator that yields the I/O it needs and receives
+the results ("sans-I/O"); turning a failed RPC into the platform's exception (the server's own
+message kept, grpc's bare "Deadline Exceeded" or "failed to connect" made to say which call, where,
+after how long, and what to check) is :mod:`sandbox.client._errors`.
 
 - :class:`Client` runs those generators over grpc's **blocking** channel,
 - :class:`AsyncClient` runs them over a **grpc.aio** channel.
