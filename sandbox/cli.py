@@ -14,7 +14,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sandbox.cli_capacity import capacity, waiting_table
 from sandbox.cli_demo import demo_app
+from sandbox.cli_errors import fail as _fail
+from sandbox.cli_errors import guarded
 from sandbox.cli_tasks import task_app
 from sandbox.cli_trajectories import trajectory_app
 from sandbox.errors import SandboxError
@@ -30,6 +33,7 @@ app.add_typer(images_app, name="images")
 app.add_typer(task_app, name="task")
 app.add_typer(trajectory_app, name="trajectory")
 app.add_typer(demo_app, name="demo")
+app.command("capacity")(capacity)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -42,11 +46,6 @@ def _client(target: str, token: str | None) -> Client:
     from sandbox.client import Client
 
     return Client(target, token=token)
-
-
-def _fail(e: SandboxError) -> None:
-    err_console.print(f"[red]error[/red] ({e.code}): {e.message}")
-    raise typer.Exit(1)
 
 
 @app.command()
@@ -261,6 +260,7 @@ def create(
     count: Annotated[
         int, typer.Option(min=1, max=GROUP_MAX, help="A rollout group of this many, made in one call: all or none.")
     ] = 1,
+    wait: Annotated[float, typer.Option(min=0, help="Seconds to queue for capacity if the host is full.")] = 0,
     target: TargetOpt = DEFAULT_TARGET,
     token: TokenOpt = None,
 ) -> None:
@@ -280,7 +280,12 @@ def create(
         spec["screen"] = {"width": width, "height": height}
     try:
         with _client(target, token) as client:
-            made = client.create_group(count, kind, **spec) if count > 1 else [client.create(kind=kind, **spec)]
+            group = count > 1
+            made = (
+                client.create_group(count, kind, wait_s=wait, **spec)
+                if group
+                else [client.create(kind, wait_s=wait, **spec)]
+            )
             for sandbox in made:
                 console.print(sandbox.id)
     except SandboxError as e:
@@ -292,7 +297,7 @@ def list_sandboxes(target: TargetOpt = DEFAULT_TARGET, token: TokenOpt = None) -
     """List your sandboxes."""
     try:
         with _client(target, token) as client:
-            infos = client.list()
+            infos, waiting = client.list(), client.waiting()
     except SandboxError as e:
         _fail(e)
     table = Table("id", "kind", "state", "age", "tenant", "error")
@@ -301,6 +306,8 @@ def list_sandboxes(target: TargetOpt = DEFAULT_TARGET, token: TokenOpt = None) -
         age = f"{now - info.created_at:.0f}s"
         table.add_row(info.id, info.kind.value, info.state.value, age, info.tenant, info.error or "")
     console.print(table)
+    if waiting:
+        console.print(waiting_table(waiting))
 
 
 @app.command("exec")
@@ -443,4 +450,4 @@ def preview_url(
 
 
 def main() -> None:
-    app()
+    guarded(app)

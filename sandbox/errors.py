@@ -7,6 +7,7 @@
     ├── Unauthenticated        no or bad token
     ├── FailedPrecondition     the sandbox cannot do this now (dead, wrong kind)
     ├── ResourceExhausted      a size or count limit
+    │   └── CapacityExhausted  no room on the host, or over the tenant's quota: what was asked, what is free
     ├── DeadlineExceeded       an operation ran past its deadline
     ├── Unavailable            the agent, engine or store does not answer
     ├── BackendError           the engine refused or failed an operation
@@ -55,6 +56,12 @@ class FailedPrecondition(SandboxError):
 
 class ResourceExhausted(SandboxError):
     code = "resource_exhausted"
+
+
+class CapacityExhausted(ResourceExhausted):
+    """The host or the tenant's quota cannot hold what was asked now (HTTP 429, gRPC RESOURCE_EXHAUSTED)."""
+
+    code = "capacity_exhausted"
 
 
 class DeadlineExceeded(SandboxError):

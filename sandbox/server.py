@@ -17,9 +17,12 @@ from sandbox.backends.base import Backend
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.factory import BackendConfig, make_backend
 from sandbox.backends.kubernetes.config import KubernetesConfig
+from sandbox.capacity.quotas import QuotaBook
+from sandbox.capacity.settings import CapacitySettings
 from sandbox.errors import InvalidArgument
 from sandbox.operator.settings import OperatorSettings
 from sandbox.service import SandboxService, TokenRegistry
+from sandbox.service.auth import is_structured, load_document
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.service.pools import PoolConfig
 from sandbox.service.task_config import TaskSettings
@@ -50,7 +53,11 @@ class ServerSettings(BaseModel):
         "behind a reverse proxy: preview URLs start with it. Unset: gRPC's use http://<host>:<http_port> (a wildcard "
         "host as the machine's name), REST's the address each caller used.",
     )
-    tokens_file: str | None = Field(None, description="JSON {token: tenant | {tenant, admin}}.")
+    tokens_file: str | None = Field(
+        None,
+        description="JSON {token: tenant | {tenant, admin}}, or {tokens: {...}, quotas: {tenant: quota}, "
+        "default_quota: quota} (docs/capacity.md).",
+    )
     backend: BackendConfig = Field(default_factory=DockerConfig)
     store: StoreConfig = Field(default_factory=EmbeddedStoreConfig)
     pools: list[PoolConfig] = Field(default_factory=list, description="Warm pools kept by the leader replica.")
@@ -62,6 +69,10 @@ class ServerSettings(BaseModel):
         default_factory=TaskSettings, description="Fixtures of task downloads, warm replicas, task snapshot collection."
     )
     trajectories: TrajectorySettings = Field(default_factory=TrajectorySettings, description="Where episodes go.")
+    capacity: CapacitySettings = Field(
+        default_factory=CapacitySettings,
+        description="What the host holds and who waits when it is full (docs/capacity.md).",
+    )
 
 
 def _is_loopback(host: str) -> bool:
@@ -99,6 +110,21 @@ def _make_operator(
     return Operator(service, lifecycle, backend, settings=settings.operator, pools=list(settings.pools), logger=logger)
 
 
+CONTROL_PLANE_OOM_SCORE_ADJ = -900
+"""The control plane is among the last the kernel's OOM killer picks (sandboxes are first: +500)."""
+
+
+def protect_from_oom(logger: logging.Logger, path: str = "/proc/self/oom_score_adj") -> bool:
+    """Lower this process's OOM score (root or CAP_SYS_RESOURCE may; otherwise say so and go on)."""
+    try:
+        with open(path, "w") as f:
+            f.write(str(CONTROL_PLANE_OOM_SCORE_ADJ))
+    except OSError as e:
+        logger.warning("could not lower the control plane's OOM score (%s): the kernel may pick it before sandboxes", e)
+        return False
+    return True
+
+
 def _embedded_uvicorn(uvicorn: Any, config: Any) -> Any:
     """A uvicorn server that leaves signal handling to us (we also stop gRPC and the service)."""
 
@@ -119,7 +145,10 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
     from sandbox.service.preview import PreviewLinks, http_base_url
     from sandbox.service.tickets import TicketIssuer, shared_ticket_secret
 
-    tokens = TokenRegistry.load(settings.tokens_file)
+    protect_from_oom(logger)
+    document = load_document(settings.tokens_file)
+    tokens = TokenRegistry.from_mapping(document)
+    quotas = QuotaBook.from_document(document) if is_structured(document) else QuotaBook()
     host = bind_address(settings, tokens, logger)
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=BLOCKING_THREADS, thread_name_prefix="blocking")
@@ -128,9 +157,18 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
     backend = make_backend(settings.backend)
     state_path = settings.store.path if isinstance(settings.store, EmbeddedStoreConfig) else None
     trajectories = settings.trajectories.open(state_path)
-    service = SandboxService(backend, store, logger=logger, tasks=settings.tasks, trajectories=trajectories)
+    service = SandboxService(
+        backend,
+        store,
+        logger=logger,
+        tasks=settings.tasks,
+        trajectories=trajectories,
+        capacity=settings.capacity,
+        quotas=quotas,
+    )
     await service.start()
     for pool in settings.pools:
+        service.admission.check_warm_request(pool.spec, pool.min)  # a pool the warm share can never hold: say so
         service.pools.add(
             pool.spec, backend.image_for(pool.spec), min=pool.min, max=pool.max, max_starting=pool.max_starting
         )

@@ -50,6 +50,8 @@ _DESCRIPTIONS: dict[int | str, str] = {
     409: "Not now: the sandbox expired, or its kind or state cannot do this, or the host cannot run what it asks.",
     413: "The body is over its size limit.",
     422: "Invalid input; the message names the field.",
+    429: "Admission refused it: the host has no room, or the tenant's quota is used up (docs/capacity.md). The "
+    "message says what was asked, what is free and what to do; Retry-After says when to try again.",
     "5XX": "The engine, the agent or the state store failed or did not answer (502, 503, 504); 500: a bug.",
 }
 

@@ -131,14 +131,14 @@ class SandboxServicer:
     @_unary
     async def CreateSandbox(self, principal: Principal, request: pb.CreateSandboxRequest) -> pb.SandboxInfo:
         spec = convert.spec_from_proto(request.spec)
-        return convert.info_to_proto(await self._service.create(principal, spec))
+        return convert.info_to_proto(await self._service.create(principal, spec, wait_s=request.wait_s))
 
     @_unary
     async def CreateSandboxes(
         self, principal: Principal, request: pb.CreateSandboxesRequest
     ) -> pb.CreateSandboxesResponse:
         spec = convert.spec_from_proto(request.spec)
-        infos = await self._service.create_group(principal, spec, request.count)
+        infos = await self._service.create_group(principal, spec, request.count, wait_s=request.wait_s)
         return pb.CreateSandboxesResponse(sandboxes=[convert.info_to_proto(i) for i in infos])
 
     @_unary
@@ -148,7 +148,12 @@ class SandboxServicer:
     @_unary
     async def ListSandboxes(self, principal: Principal, request: pb.ListSandboxesRequest) -> pb.ListSandboxesResponse:
         infos = await self._service.list_sandboxes(principal)
-        return pb.ListSandboxesResponse(sandboxes=[convert.info_to_proto(i) for i in infos])
+        waiting = [pb.WaitingCall(**w.model_dump()) for w in self._service.waiting(principal)]
+        return pb.ListSandboxesResponse(sandboxes=[convert.info_to_proto(i) for i in infos], waiting=waiting)
+
+    @_unary
+    async def GetCapacity(self, principal: Principal, request: pb.GetCapacityRequest) -> pb.CapacityReport:
+        return pb.CapacityReport(json=self._service.capacity(principal).model_dump_json())
 
     @_unary
     async def DeleteSandbox(self, principal: Principal, request: pb.DeleteSandboxRequest) -> pb.DeleteSandboxResponse:

@@ -1,5 +1,5 @@
-"""The web view's feeds at fleet scale: one page of the list (search, filters, problems first), thumbnails, the
-tail of a terminal's output, and a sandbox's listening ports with their preview links.
+"""The web view's feeds at fleet scale: one page of the list (search, filters, problems first) with the capacity
+panel's report, thumbnails, the tail of a terminal's output, and a sandbox's listening ports with their preview links.
 
 What a poll of the list page costs is bounded by the page, not the fleet: the query is a pass over the store's
 documents (``service.fleet``), and health probes, output tails and thumbnails are only for the sandboxes on the page
@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
 
+from sandbox.api.webview_capacity import capacity_view
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxInfo
 from sandbox.service import Principal, SandboxService
@@ -57,7 +58,8 @@ def mount_fleet(
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 24,
     ) -> dict[str, Any]:
         """One page of the sandboxes the session sees: ``q`` words all match (id, tenant, task id, labels;
-        ``key=value`` a label), ``kind`` and ``state`` (or ``failing``) filter; failing first, then newest."""
+        ``key=value`` a label), ``kind`` and ``state`` (or ``failing``) filter; failing first, then newest. With
+        them, the session's capacity report (``webview_capacity``)."""
         principal = session_holder(request)
         query = FleetQuery(q=q, kind=kind or None, state=state or None, offset=offset, limit=limit)
         found = await fleet_page(service.store, principal, query)
@@ -71,6 +73,7 @@ def mount_fleet(
                  "output": [] if info.kind.has_display else service.output.tail(info.id, CARD_LINES)}
                 for info, record, check in zip(infos, found.records, checks, strict=True)
             ],
+            "capacity": capacity_view(service, principal),
         }  # fmt: skip
 
     @app.get(

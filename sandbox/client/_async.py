@@ -16,14 +16,15 @@ from typing import Any, TypeVar, overload
 
 import grpc
 
+from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.client import _episodes, _ops
 from sandbox.client._episodes import TaskLike
-from sandbox.errors import DeadlineExceeded, SandboxError, Unavailable
+from sandbox.client._errors import deadline_exceeded, rpc_error, translate
+from sandbox.errors import SandboxError, Unavailable
 from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, Screenshot, SnapshotInfo
 from sandbox.trajectories.models import Trajectory, TrajectoryInfo
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
-from sandbox.wire.status import from_grpc
 
 T = TypeVar("T")
 
@@ -52,24 +53,38 @@ class AsyncClient:
 
     async def _perform(self, call: _ops.Call) -> Any:
         rpc = getattr(self._stub(), call.method)
+        timeout = _ops.deadline(call, self.timeout)
         try:
-            return await rpc(call.request, timeout=_ops.deadline(call, self.timeout), metadata=self._metadata)
+            return await rpc(call.request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise _ops.rpc_error(e, self.target) from e
+            raise rpc_error(e, self.target, method=call.method, timeout=timeout) from e
 
     async def _run(self, op: _ops.Op[T]) -> T:
         return await _ops.drive_async(op, self._perform)
 
-    async def create(self, kind: str, **spec: Any) -> AsyncSandbox:
+    async def create(self, kind: str, *, wait_s: float = 0.0, **spec: Any) -> AsyncSandbox:
         """A new sandbox; ``spec`` takes the fields of ``models.SandboxSpec`` (image, resources, screen, ...,
-        ``snapshot`` to start from one, the lease (``ttl_s``, ``idle_timeout_s``: None is never), ``auto_recover``)."""
-        return AsyncSandbox(self, await self._run(_ops.create(kind, spec)))
+        ``snapshot`` to start from one, the lease (``ttl_s``, ``idle_timeout_s``: None is never), ``auto_recover``).
+        When the host or the tenant's quota has no room, ``ResourceExhausted`` says why at once, or, with ``wait_s``,
+        the call queues that long for capacity first (docs/capacity.md)."""
+        return AsyncSandbox(self, await self._run(_ops.create(kind, spec, wait_s=wait_s)))
 
-    async def create_group(self, count: int, kind: str, **spec: Any) -> builtins.list[AsyncSandbox]:
+    async def create_group(
+        self, count: int, kind: str, *, wait_s: float = 0.0, **spec: Any
+    ) -> builtins.list[AsyncSandbox]:
         """``count`` sandboxes of one spec (a rollout group), made at once in one call: all of them, or none (when
-        one cannot be made, the others are deleted and its error raised). ``spec`` as for ``create``."""
-        infos = await self._run(_ops.create_group(count, kind, spec))
+        one cannot be made, the others are deleted and its error raised). The whole group is admitted before any
+        starts. ``spec`` and ``wait_s`` as for ``create``."""
+        infos = await self._run(_ops.create_group(count, kind, spec, wait_s=wait_s))
         return [AsyncSandbox(self, info) for info in infos]
+
+    async def waiting(self) -> builtins.list[WaitingCall]:
+        """This caller's creates queued for capacity (every tenant's to an admin), in the order they will be served."""
+        return await self._run(_ops.waiting())
+
+    async def capacity(self) -> CapacityReport:
+        """The host's capacity, what is reserved and free, who waits, and this tenant's use and quota."""
+        return await self._run(_ops.capacity())
 
     async def step_many(
         self,
@@ -331,9 +346,9 @@ class AsyncStepStream:
                 # this stream is done; the next step opens another.
                 self._drop()
                 if isinstance(e, grpc.RpcError):
-                    raise _ops.rpc_error(e, target) from e
+                    raise rpc_error(e, target, method="StepStream", timeout=None) from e
                 if isinstance(e, TimeoutError) and deadline is not None:
-                    raise DeadlineExceeded(f"no answer to the step within {deadline:g} s") from e
+                    raise deadline_exceeded("Step", target, deadline) from e
                 raise
             if reply is grpc.aio.EOF:
                 self._drop()
@@ -356,7 +371,14 @@ class AsyncStepStream:
                 if attempt and isinstance(e, grpc.RpcError):
                     raise
                 if attempt:  # it ended again before a write: say why, as the server put it
-                    raise from_grpc(await call.code(), await call.details() or "the step stream ended") from None
+                    code, details = await call.code(), await call.details()
+                    raise translate(
+                        code,
+                        details or "the step stream ended",
+                        target=client.target,
+                        method="StepStream",
+                        timeout=None,
+                    ) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _drop(self) -> None:

@@ -3,7 +3,7 @@
 Each operation is a generator: it validates its arguments with the models, ``yield``s the
 effects it needs — a :class:`Call` (one unary RPC) or a :class:`Local` (blocking work on a
 local file) — receives each effect's result back, and ``return``s the call's result. A
-failed RPC is thrown into the generator as the platform's exception.
+failed RPC is thrown into the generator as the platform's exception (:mod:`sandbox.client._errors` says how).
 
 Two small drivers run these generators: :func:`drive` over a blocking gRPC channel (the sync
 :class:`~sandbox.client.Client`) and :func:`drive_async` over a ``grpc.aio`` channel (the
@@ -17,15 +17,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import re
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import grpc
 from pydantic import ValidationError
 
 from sandbox import models
+from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.errors import InternalError, InvalidArgument, NotFound, SandboxError
 from sandbox.preview_models import UrlRequest
 from sandbox.step_batches import check_step_batch
@@ -67,30 +66,6 @@ Op = Generator[Effect, Any, T]
 
 def metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
-
-
-def rpc_error(error: grpc.RpcError, target: str) -> SandboxError:
-    """A failed RPC (sync or aio) as the platform's exception; one that never reached a server says where it
-    looked and how to start one."""
-    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    details = error.details() if hasattr(error, "details") else None
-    if code is grpc.StatusCode.UNAVAILABLE and _NOT_CONNECTED.search(details or ""):
-        details = (
-            f"no control plane answers at {target} ({_why_not_connected(details or '')}). Start one with "
-            "`sandbox server` (or `make run` in a checkout), or point the client at yours: --target or "
-            "SANDBOX_TARGET for the CLI, Client(target=...) in Python"
-        )
-    return from_grpc(code, details or str(code))
-
-
-_NOT_CONNECTED = re.compile(r"failed to connect to all addresses|Connection refused|DNS resolution failed", re.I)
-
-
-def _why_not_connected(details: str) -> str:
-    for phrase in ("Connection refused", "DNS resolution failed", "Connection timed out", "No route to host"):
-        if phrase.lower() in details.lower():
-            return phrase.lower()
-    return details.strip().splitlines()[-1] if details.strip() else "cannot connect"
 
 
 def deadline(call: Call, timeout: float) -> float:
@@ -147,19 +122,43 @@ async def drive_async(op: Op[T], perform: Callable[[Call], Awaitable[Any]]) -> T
 # --------------------------------------------------------------------------- sandboxes
 
 
-def create(kind: str, spec: Mapping[str, Any]) -> Op[models.SandboxInfo]:
+def create(kind: str, spec: Mapping[str, Any], *, wait_s: float = 0.0) -> Op[models.SandboxInfo]:
     full = convert.validate(models.SandboxSpec, {**spec, "kind": kind}, what="spec")
-    reply = yield Call("CreateSandbox", pb.CreateSandboxRequest(spec=convert.spec_to_proto(full)))
+    request = pb.CreateSandboxRequest(spec=convert.spec_to_proto(full), wait_s=_wait(wait_s))
+    reply = yield Call("CreateSandbox", request, min_timeout=wait_s + CREATE_TIMEOUT_S)
     return convert.info_from_proto(reply)
 
 
-def create_group(count: int, kind: str, spec: Mapping[str, Any]) -> Op[list[models.SandboxInfo]]:
+def create_group(
+    count: int, kind: str, spec: Mapping[str, Any], *, wait_s: float = 0.0
+) -> Op[list[models.SandboxInfo]]:
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= models.GROUP_MAX:
         raise InvalidArgument(f"count must be an integer from 1 to {models.GROUP_MAX}, not {count!r}")
     full = convert.validate(models.SandboxSpec, {**spec, "kind": kind}, what="spec")
-    request = pb.CreateSandboxesRequest(spec=convert.spec_to_proto(full), count=count)
-    reply = yield Call("CreateSandboxes", request)
+    request = pb.CreateSandboxesRequest(spec=convert.spec_to_proto(full), count=count, wait_s=_wait(wait_s))
+    reply = yield Call("CreateSandboxes", request, min_timeout=wait_s + CREATE_TIMEOUT_S)
     return [convert.info_from_proto(info) for info in reply.sandboxes]
+
+
+CREATE_TIMEOUT_S = 120.0
+"""The least deadline of a create beyond its wait for capacity: a cold desktop start with room to spare."""
+
+
+def _wait(wait_s: float) -> float:
+    if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not 0 <= wait_s <= 86_400:
+        raise InvalidArgument(f"wait_s must be a number of seconds from 0 to 86400, not {wait_s!r}")
+    return float(wait_s)
+
+
+def waiting() -> Op[list[WaitingCall]]:
+    reply = yield Call("ListSandboxes", pb.ListSandboxesRequest())
+    fields = ("ticket", "tenant", "kind", "count", "position", "waited_s", "gives_up_in_s")
+    return [WaitingCall.model_validate({f: getattr(w, f) for f in fields}) for w in reply.waiting]
+
+
+def capacity() -> Op[CapacityReport]:
+    reply = yield Call("GetCapacity", pb.GetCapacityRequest())
+    return CapacityReport.model_validate_json(reply.json)
 
 
 def get(sandbox_id: str) -> Op[models.SandboxInfo]:

@@ -15,8 +15,10 @@ from typing import Any, TypeVar, overload
 
 import grpc
 
+from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.client import _episodes, _ops
 from sandbox.client._episodes import TaskLike
+from sandbox.client._errors import rpc_error
 from sandbox.errors import SandboxError, Unavailable
 from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, Screenshot, SnapshotInfo
 from sandbox.trajectories.models import Trajectory, TrajectoryInfo
@@ -43,23 +45,35 @@ class Client:
         if isinstance(effect, _ops.Local):
             return effect.fn()
         rpc = getattr(self._stub, effect.method)
+        timeout = _ops.deadline(effect, self.timeout)
         try:
-            return rpc(effect.request, timeout=_ops.deadline(effect, self.timeout), metadata=self._metadata)
+            return rpc(effect.request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise _ops.rpc_error(e, self.target) from e
+            raise rpc_error(e, self.target, method=effect.method, timeout=timeout) from e
 
     def _run(self, op: _ops.Op[T]) -> T:
         return _ops.drive(op, self._perform)
 
-    def create(self, kind: str, **spec: Any) -> Sandbox:
+    def create(self, kind: str, *, wait_s: float = 0.0, **spec: Any) -> Sandbox:
         """A new sandbox; ``spec`` takes the fields of ``models.SandboxSpec`` (image, resources, screen, ...,
-        ``snapshot`` to start from one, the lease (``ttl_s``, ``idle_timeout_s``: None is never), ``auto_recover``)."""
-        return Sandbox(self, self._run(_ops.create(kind, spec)))
+        ``snapshot`` to start from one, the lease (``ttl_s``, ``idle_timeout_s``: None is never), ``auto_recover``).
+        When the host or the tenant's quota has no room, ``ResourceExhausted`` says why at once, or, with ``wait_s``,
+        the call queues that long for capacity first (docs/capacity.md)."""
+        return Sandbox(self, self._run(_ops.create(kind, spec, wait_s=wait_s)))
 
-    def create_group(self, count: int, kind: str, **spec: Any) -> builtins.list[Sandbox]:
+    def create_group(self, count: int, kind: str, *, wait_s: float = 0.0, **spec: Any) -> builtins.list[Sandbox]:
         """``count`` sandboxes of one spec (a rollout group), made at once in one call: all of them, or none (when
-        one cannot be made, the others are deleted and its error raised). ``spec`` as for ``create``."""
-        return [Sandbox(self, info) for info in self._run(_ops.create_group(count, kind, spec))]
+        one cannot be made, the others are deleted and its error raised). The whole group is admitted before any
+        starts. ``spec`` and ``wait_s`` as for ``create``."""
+        return [Sandbox(self, info) for info in self._run(_ops.create_group(count, kind, spec, wait_s=wait_s))]
+
+    def waiting(self) -> builtins.list[WaitingCall]:
+        """This caller's creates queued for capacity (every tenant's to an admin), in the order they will be served."""
+        return self._run(_ops.waiting())
+
+    def capacity(self) -> CapacityReport:
+        """The host's capacity, what is reserved and free, who waits, and this tenant's use and quota."""
+        return self._run(_ops.capacity())
 
     def step_many(
         self,
@@ -306,7 +320,7 @@ class StepStream:
             if isinstance(e, StopIteration):
                 raise Unavailable("the step stream ended before answering") from None
             if isinstance(e, grpc.RpcError):
-                raise _ops.rpc_error(e, client.target) from e
+                raise rpc_error(e, client.target, method="StepStream", timeout=None) from e
             raise
         return _ops.step_result(reply)
 

@@ -2,7 +2,8 @@
 services in one process (tests, an embedding program) each count only their own work.
 
 Labels stay low-cardinality: kinds, states, operations, outcomes, error codes, pool keys (one per configured pool).
-No sandbox id and no tenant ever becomes a label: ``/metrics`` needs no token.
+No sandbox id ever becomes a label: ``/metrics`` needs no token. Tenants label only the capacity and quota series
+(their number is bounded by the tokens file, and an operator needs each tenant's usage and refusals).
 
 The service times its calls with :meth:`Metrics.operation`; the sandbox's kind, known only once the sandbox has been
 looked up, is filled in by :func:`note_kind` from inside the call.
@@ -142,6 +143,31 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
+        self.capacity = Gauge(
+            "sandbox_capacity",
+            "The host's allocatable resources and what is reserved of them, by resource (cpus, memory_mb, pids) and "
+            "use: allocatable, held (sandboxes), warm (pools and snapshot replicas), granted (admitted, not started).",
+            ["resource", "use"],
+            registry=r,
+        )
+        self.waiting = Gauge(
+            "sandbox_admission_waiting",
+            "Calls waiting for capacity (creates and groups that passed wait_s).",
+            registry=r,
+        )
+        self.tenant_reserved = Gauge(
+            "sandbox_tenant_reserved",
+            "What each tenant's sandboxes reserve, by resource (cpus, memory_mb, pids, and sandboxes: their count).",
+            ["tenant", "resource"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            "sandbox_admission_refusals",
+            "Starts refused by admission, by tenant and reason: capacity (the host is full), quota (the tenant's), "
+            "pressure (the kernel reports memory pressure).",
+            ["tenant", "reason"],
+            registry=r,
+        )
         self.leader = Gauge(
             "sandbox_lifecycle_leader",
             "1 while this replica leads the background work (pools, health, expiry, reconciliation).",
@@ -187,6 +213,23 @@ class Metrics:
 
     def recording(self, kind: SandboxKind, outcome: Literal["kept", "failed"]) -> None:
         self.recordings.labels(kind.value, outcome).inc()
+
+    def refused(self, tenant: str, reason: str) -> None:
+        self.refusals.labels(tenant, reason).inc()
+
+    def set_capacity(
+        self, uses: dict[str, dict[str, float]], tenants: dict[str, dict[str, float]], waiting: int
+    ) -> None:
+        """The scrape-time capacity gauges: ``uses`` is use -> resource -> amount, ``tenants`` tenant -> the same."""
+        self.capacity.clear()
+        for use, amounts in uses.items():
+            for resource, amount in amounts.items():
+                self.capacity.labels(resource, use).set(amount)
+        self.tenant_reserved.clear()
+        for tenant, amounts in tenants.items():
+            for resource, amount in amounts.items():
+                self.tenant_reserved.labels(tenant, resource).set(amount)
+        self.waiting.set(waiting)
 
     def set_leader(self, leader: bool) -> None:
         self.leader.set(1 if leader else 0)

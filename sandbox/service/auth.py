@@ -48,7 +48,10 @@ class TokenRegistry:
 
     @classmethod
     def from_mapping(cls, raw: dict[str, object]) -> TokenRegistry:
-        """``{"<token>": "tenant"}`` or ``{"<token>": {"tenant": "t", "admin": true}}``."""
+        """``{"<token>": "tenant"}`` or ``{"<token>": {"tenant": "t", "admin": true}}``; or, with quotas, the same
+        under ``"tokens"`` beside ``"quotas"`` and ``"default_quota"`` (``sandbox.capacity.quotas``)."""
+        if is_structured(raw):
+            raw = dict(raw["tokens"])  # type: ignore[call-overload]
         tokens: dict[str, Principal] = {}
         for token, value in raw.items():
             if len(token) < 16:
@@ -64,16 +67,31 @@ class TokenRegistry:
     @classmethod
     def load(cls, path: str | None = None) -> TokenRegistry:
         """From a JSON file (``--tokens-file`` or ``SANDBOX_TOKENS_FILE``), else ``SANDBOX_TOKENS`` as JSON."""
-        path = path or os.environ.get("SANDBOX_TOKENS_FILE")
-        if path:
-            try:
-                return cls.from_mapping(json.loads(Path(path).read_text()))
-            except (OSError, ValueError) as e:
-                raise InvalidArgument(f"cannot read tokens from {path}: {e}") from e
+        return cls.from_mapping(load_document(path))
+
+
+def is_structured(raw: dict[str, object]) -> bool:
+    """Whether a tokens document has its tokens under ``"tokens"`` (with quotas beside them)."""
+    return isinstance(raw.get("tokens"), dict)
+
+
+def load_document(path: str | None = None) -> dict[str, object]:
+    """The tokens document: a JSON file (``--tokens-file`` or ``SANDBOX_TOKENS_FILE``), else ``SANDBOX_TOKENS``, else
+    empty."""
+    path = path or os.environ.get("SANDBOX_TOKENS_FILE")
+    if path:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            raise InvalidArgument(f"cannot read tokens from {path}: {e}") from e
+    else:
         inline = os.environ.get("SANDBOX_TOKENS")
-        if inline:
-            try:
-                return cls.from_mapping(json.loads(inline))
-            except ValueError as e:
-                raise InvalidArgument(f"SANDBOX_TOKENS is not valid JSON: {e}") from e
-        return cls({})
+        if not inline:
+            return {}
+        try:
+            doc = json.loads(inline)
+        except ValueError as e:
+            raise InvalidArgument(f"SANDBOX_TOKENS is not valid JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise InvalidArgument("the tokens document must be a JSON object")
+    return doc

@@ -20,6 +20,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sandbox.agent_client import AgentClient
 from sandbox.backends.base import Backend
+from sandbox.capacity.admission import Admission, Grant
+from sandbox.capacity.ledger import Entry
+from sandbox.capacity.model import CapacityModel
+from sandbox.capacity.pressure import MemoryPressure
+from sandbox.capacity.quotas import QuotaBook
+from sandbox.capacity.settings import CapacitySettings
+from sandbox.capacity.usage import Usage
 from sandbox.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec, SandboxState
 from sandbox.observability.metrics import Metrics, note_kind
@@ -32,6 +39,8 @@ from sandbox.service.records import (
     META,
     SANDBOXES,
     SNAPSHOTS,
+    InstanceRecord,
+    InstanceState,
     SandboxRecord,
     SnapshotRecord,
     pool_key,
@@ -72,6 +81,8 @@ class ServiceCore:
         logger: logging.Logger,
         replica: str | None = None,
         metrics: Metrics | None = None,
+        capacity: CapacitySettings | None = None,
+        quotas: QuotaBook | None = None,
     ) -> None:
         self.backend = backend
         self.store = store
@@ -79,7 +90,15 @@ class ServiceCore:
         """This control-plane process among the others sharing the store."""
         self._log = logger
         self.metrics = metrics or Metrics()
-        self.instances = Instances(backend, store, replica=self.replica, logger=logger)
+        settings = capacity or CapacitySettings()
+        self.admission = Admission(
+            CapacityModel(settings, host=None),  # the host's size is asked of the backend in start()
+            quotas,
+            pressure=MemoryPressure(high=settings.memory_pressure_pct, low=settings.memory_pressure_clear_pct),
+            logger=logger,
+            on_refusal=self.metrics.refused,
+        )
+        self.instances = Instances(backend, store, replica=self.replica, logger=logger, admission=self.admission)
         self.pools = Pools(self.instances, store, logger=logger)
         self._recent: dict[str, deque[dict[str, Any]]] = {}
         self._touched: dict[str, float] = {}
@@ -92,14 +111,40 @@ class ServiceCore:
         """The store's epoch as this replica last saw it; see ``records.EPOCH``."""
 
     async def start(self) -> None:
-        """Mark a new store with an epoch (a store that later lacks it has lost its data)."""
+        """Mark a new store with an epoch (a store that later lacks it has lost its data); learn the host's size
+        and count what the store's instances already reserve."""
         await self.store.put_if_absent(META, EPOCH, {"id": secrets.token_hex(8), "created_at": time.time()})
         doc = await self.store.get(META, EPOCH)
         self.epoch = None if doc is None else str(doc.get("id"))
+        settings = self.admission.model.settings
+        if settings.enabled:
+            self.admission.model.host = await self.backend.host_facts(
+                memory_mb=settings.host_memory_mb, cpus=settings.host_cpus, pids=settings.host_pids
+            )
+        await self.count_reservations()
+
+    async def count_reservations(self) -> None:
+        """Rebuild the admission's ledger from the store's instance records (after a restart; on a store shared by
+        replicas, to take in the others' instances)."""
+        since = self.admission.ledger.mark()
+        records = await self.instances.all()
+        self.admission.ledger.resync(
+            ((instance, self._reservation_of(record)) for instance, record in records.items()), since=since
+        )
+
+    def _reservation_of(self, record: InstanceRecord) -> Entry:
+        if record.reserved is not None:
+            usage = Usage(*record.reserved)
+        else:  # written by an older version: its kind's request, the kind read from its id (``in-<kind>-...``)
+            kind = next((k for k in SandboxKind if record.id.startswith(f"in-{k.value[:4]}-")), SandboxKind.DESKTOP)
+            usage = self.admission.model.reservation(SandboxSpec(kind=kind))
+        warm = record.state is InstanceState.WARM or (record.sandbox is None and record.pool is not None)
+        return Entry(usage, warm=warm, tenant=None if warm else record.tenant, sandbox=record.sandbox)
 
     async def readiness(self, *, timeout_s: float = 2.0) -> dict[str, str | None]:
-        """Whether this replica can serve: the store and the backend each answer within ``timeout_s``.
-        Check name -> None when it passed, else why it failed."""
+        """Whether this replica can serve: the store and the backend each answer within ``timeout_s``, the engine is
+        not overloaded and the host not under memory pressure (both with hysteresis: see ``EngineGate`` and
+        ``MemoryPressure``). Check name -> None when it passed, else why it failed."""
 
         async def check(call: Awaitable[Any]) -> str | None:
             try:
@@ -111,7 +156,9 @@ class ServiceCore:
             return None
 
         store, backend = await asyncio.gather(check(self.store.get(META, EPOCH)), check(self.backend.ping()))
-        return {"store": store, "backend": backend}
+        pressure = self.admission.pressure
+        memory = pressure.describe() if pressure is not None and pressure.under_pressure() else None
+        return {"store": store, "backend": backend, "engine": self.backend.pressure(), "memory": memory}
 
     # ------------------------------------------------------------------ records
 
@@ -181,18 +228,35 @@ class ServiceCore:
 
     # ------------------------------------------------------------------ provisioning
 
-    async def _provision(self, spec: SandboxSpec, image: str, sandbox_id: str, tenant: str) -> str:
+    async def _provision(
+        self, spec: SandboxSpec, image: str, sandbox_id: str, tenant: str, *, grant: Grant | None = None
+    ) -> str:
         """An instance for ``sandbox_id`` of ``tenant``: a warm one of the same spec when a pool has one, else a new
         start. Never a warm one for network ``internal``: that instance joins its tenant's network when it starts
-        (``Pools.add`` keeps no such pool; a queue left by an older version is not drawn from either)."""
+        (``Pools.add`` keeps no such pool; a queue left by an older version is not drawn from either).
+
+        A new start takes a unit of ``grant`` (a create's admission); without one it replaces an instance (a reset,
+        a recovery), admitted here within the surge. Warm instances are evicted first when the host has no room."""
         # Whether or not this replica keeps that pool: the leader may keep it for every replica.
         instance = None
         if spec.network is not NetworkPolicy.INTERNAL:
-            instance = await self.instances.claim_warm(pool_key(spec, image), sandbox_id)
+            instance = await self.instances.claim_warm(pool_key(spec, image), sandbox_id, tenant=tenant)
         self.metrics.provisioned(spec.kind, warm=instance is not None)
-        if instance is None:
-            return await self.instances.start(spec, image, sandbox=sandbox_id, tenant=tenant)
-        return instance
+        if instance is not None:
+            if grant is not None:
+                grant.take()
+            return instance
+        own = grant is None
+        if grant is None:
+            grant = await self.admission.admit_replacement(tenant, spec)
+        try:
+            overflow = self.admission.overflow(self.admission.model.reservation(spec))
+            if overflow.memory_mb > 0 or overflow.cpus > 0 or overflow.pids > 0:
+                await self.pools.evict(overflow)
+            return await self.instances.start(spec, image, sandbox=sandbox_id, tenant=tenant, grant=grant)
+        finally:
+            if own:
+                grant.close()
 
     async def _image(self, principal: Principal, spec: SandboxSpec) -> str:
         if spec.snapshot is None:

@@ -14,6 +14,7 @@ import time
 
 from sandbox.aio import settled
 from sandbox.backends.base import Backend
+from sandbox.capacity.admission import Admission, Grant
 from sandbox.errors import SandboxError, Unavailable
 from sandbox.models import SandboxSpec
 from sandbox.service.records import CREATED_COUNTER, INSTANCES, InstanceRecord, InstanceState, new_instance_id
@@ -24,11 +25,15 @@ CLAIM_PING_S = 2.0
 
 
 class Instances:
-    def __init__(self, backend: Backend, store: Store, *, replica: str, logger: logging.Logger) -> None:
+    def __init__(
+        self, backend: Backend, store: Store, *, replica: str, logger: logging.Logger, admission: Admission
+    ) -> None:
         self.backend = backend
         self.store = store
         self.replica = replica
         self._log = logger
+        self.admission = admission
+        """Told of every instance that starts, is claimed or goes: its ledger is what capacity counts."""
         self._retiring: set[asyncio.Task[None]] = set()
 
     async def read(self, instance: str) -> InstanceRecord | None:
@@ -48,16 +53,23 @@ class Instances:
         return found
 
     async def _move(
-        self, record: InstanceRecord, state: InstanceState, *, sandbox: str | None = None, durable: bool = True
+        self,
+        record: InstanceRecord,
+        state: InstanceState,
+        *,
+        sandbox: str | None = None,
+        tenant: str | None = None,
+        durable: bool = True,
     ) -> bool:
         """Compare-and-set the record into ``state`` (this replica its owner); False if it changed since it was read."""
-        moved = record.moved_to(state, sandbox=sandbox, owner=self.replica)
+        moved = record.moved_to(state, sandbox=sandbox, owner=self.replica, tenant=tenant)
         version = await self.store.put_if_version(
             INSTANCES, record.id, moved.model_dump(mode="json"), version=record.version, durable=durable
         )
         if version is None:
             return False
         record.state, record.sandbox, record.since, record.owner = moved.state, moved.sandbox, moved.since, moved.owner
+        record.tenant = moved.tenant
         record.version = version
         return True
 
@@ -69,13 +81,33 @@ class Instances:
         pool: str | None = None,
         sandbox: str | None = None,
         tenant: str | None = None,
+        grant: Grant | None = None,
     ) -> str:
         """Start an instance of ``spec`` running ``image``; returns once its agent is healthy, WARM for ``pool``
-        (the caller queues it) or SERVING ``sandbox`` of ``tenant`` (whose internal network it joins)."""
+        (the caller queues it) or SERVING ``sandbox`` of ``tenant`` (whose internal network it joins). Its
+        reservation enters the admission's ledger before the engine is asked, taking a unit of ``grant``."""
         instance = new_instance_id(spec.kind)
         now = time.time()
-        record = InstanceRecord(id=instance, pool=pool, sandbox=sandbox, created_at=now, since=now, owner=self.replica)
-        version = await self.store.put_if_version(INSTANCES, instance, record.model_dump(mode="json"), version=0)
+        held_by = tenant if sandbox is not None else None
+        reserved = self.admission.model.reservation(spec)
+        record = InstanceRecord(
+            id=instance,
+            pool=pool,
+            sandbox=sandbox,
+            created_at=now,
+            since=now,
+            owner=self.replica,
+            tenant=held_by,
+            reserved=(reserved.cpus, reserved.memory_mb, reserved.pids),
+        )
+        self.admission.started(instance, spec, tenant=held_by, sandbox=sandbox)
+        if grant is not None:
+            grant.take()
+        try:
+            version = await self.store.put_if_version(INSTANCES, instance, record.model_dump(mode="json"), version=0)
+        except BaseException:
+            self.admission.ended(instance)
+            raise
         record.version = version or 0
         await self.store.incr(CREATED_COUNTER)
         try:
@@ -89,7 +121,7 @@ class Instances:
             raise Unavailable(f"instance {instance} was reclaimed while it started; retry")
         return instance
 
-    async def claim_warm(self, pool: str, sandbox: str) -> str | None:
+    async def claim_warm(self, pool: str, sandbox: str, *, tenant: str) -> str | None:
         """A warm instance from ``pool`` that still answers, handed to ``sandbox`` alone.
 
         The pop and the move to SERVING are compare-and-sets in the store, not flushed on their own: the caller's
@@ -105,8 +137,9 @@ class Instances:
             record = await self.read(instance)
             if record is None or record.state is not InstanceState.WARM:
                 continue  # being removed, or unknown to the store: never handed out
-            if not await self._move(record, InstanceState.SERVING, sandbox=sandbox, durable=False):
+            if not await self._move(record, InstanceState.SERVING, sandbox=sandbox, tenant=tenant, durable=False):
                 continue  # a removal won the race for it
+            self.admission.claimed(instance, tenant=tenant, sandbox=sandbox)
             try:
                 await self.backend.agent(instance).ping(deadline=CLAIM_PING_S)
                 return instance
@@ -130,6 +163,7 @@ class Instances:
             while (record := await self.read(instance)) is not None and record.state is not InstanceState.RETIRING:
                 if await self._move(record, InstanceState.RETIRING):
                     break
+        self.admission.retiring(instance)
         try:
             await self.backend.destroy(instance)
         finally:
@@ -137,7 +171,9 @@ class Instances:
         return True
 
     def retire_later(self, instance: str) -> None:
-        """Remove an instance in the background: the caller does not wait for the engine."""
+        """Remove an instance in the background: the caller does not wait for the engine (a create that needs its
+        room waits for it: see ``Admission``)."""
+        self.admission.retiring(instance)
         task = asyncio.create_task(self._retire_logged(instance))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
@@ -154,7 +190,10 @@ class Instances:
             )
 
     async def _forget(self, instance: str) -> None:
-        await self.store.delete(INSTANCES, instance)
+        try:
+            await self.store.delete(INSTANCES, instance)
+        finally:
+            self.admission.ended(instance)
 
     async def _discard(self, instance: str) -> None:
         """Remove what a failed or cancelled start left (the backend removes its own half-made instance too)."""

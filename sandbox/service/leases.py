@@ -6,6 +6,8 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+from sandbox.capacity.admission import Grant
+from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.errors import InvalidArgument, SandboxError
 from sandbox.models import GROUP_MAX, MAX_LEASE_S, SandboxInfo, SandboxKind, SandboxSpec, SandboxState
 from sandbox.observability.metrics import note_kind
@@ -22,11 +24,20 @@ CLEAR_WORKSPACE = 'case "$PWD" in */workspace) find . -mindepth 1 -delete;; esac
 
 class LeaseOps(FailureOps):
     @timed("create")
-    async def create(self, principal: Principal, spec: SandboxSpec) -> SandboxInfo:
+    async def create(self, principal: Principal, spec: SandboxSpec, *, wait_s: float = 0.0) -> SandboxInfo:
+        """A new sandbox, admitted first (``CapacityExhausted`` when the host or the tenant's quota cannot hold it;
+        with ``wait_s``, queued that long for capacity instead)."""
         note_kind(spec.kind)
         image = await self._image(principal, spec)
+        grant = await self.admission.admit(principal.tenant, spec, admin=principal.admin, wait_s=wait_s)
+        try:
+            return await self._create(principal, spec, image, grant)
+        finally:
+            grant.close()
+
+    async def _create(self, principal: Principal, spec: SandboxSpec, image: str, grant: Grant) -> SandboxInfo:
         sandbox_id = new_sandbox_id(spec.kind)
-        instance = await self._provision(spec, image, sandbox_id, principal.tenant)
+        instance = await self._provision(spec, image, sandbox_id, principal.tenant, grant=grant)
         now = time.time()
         record = SandboxRecord(
             id=sandbox_id,
@@ -48,13 +59,27 @@ class LeaseOps(FailureOps):
         return record.info()
 
     @timed("create_group")
-    async def create_group(self, principal: Principal, spec: SandboxSpec, count: int) -> list[SandboxInfo]:
+    async def create_group(
+        self, principal: Principal, spec: SandboxSpec, count: int, *, wait_s: float = 0.0
+    ) -> list[SandboxInfo]:
         """``count`` sandboxes of one spec in one call (a rollout group), made at once: all of them, or none.
-        When one cannot be made, the others are deleted and its error raised; when the call is cancelled (its
-        client gone), the creates run to their end and what they made is deleted."""
+        The whole group is admitted before any starts (or refused, or queued up to ``wait_s``). When one cannot be
+        made, the others are deleted and its error raised; when the call is cancelled (its client gone), the
+        creates run to their end and what they made is deleted."""
         if not 1 <= count <= GROUP_MAX:
             raise InvalidArgument(f"count must be 1 to {GROUP_MAX}, not {count}")
-        creates = [asyncio.ensure_future(self.create(principal, spec)) for _ in range(count)]
+        note_kind(spec.kind)
+        image = await self._image(principal, spec)
+        grant = await self.admission.admit(principal.tenant, spec, count, admin=principal.admin, wait_s=wait_s)
+        try:
+            return await self._create_all(principal, spec, image, grant, count)
+        finally:
+            grant.close()
+
+    async def _create_all(
+        self, principal: Principal, spec: SandboxSpec, image: str, grant: Grant, count: int
+    ) -> list[SandboxInfo]:
+        creates = [asyncio.ensure_future(self._timed_create(principal, spec, image, grant)) for _ in range(count)]
         try:
             await asyncio.wait(creates)  # unlike gather, a cancelled wait leaves the creates running
         except asyncio.CancelledError:
@@ -67,6 +92,10 @@ class LeaseOps(FailureOps):
             await self._delete_made(principal, creates)
             raise failed[0]
         return [create.result() for create in creates]
+
+    @timed("create")
+    async def _timed_create(self, principal: Principal, spec: SandboxSpec, image: str, grant: Grant) -> SandboxInfo:
+        return await self._create(principal, spec, image, grant)
 
     async def _delete_made(self, principal: Principal, creates: Sequence[asyncio.Future[SandboxInfo]]) -> None:
         await asyncio.wait(creates)
@@ -84,6 +113,13 @@ class LeaseOps(FailureOps):
         records = await self.store.all(SANDBOXES)
         found = [SandboxRecord.model_validate(doc) for doc in records.values()]
         return [r.info() for r in found if principal.can_see(r.tenant) and r.state is not SandboxState.EXPIRED]
+
+    def waiting(self, principal: Principal) -> list[WaitingCall]:
+        """The caller's calls queued for capacity (every tenant's to an admin), in serving order."""
+        return self.admission.waiting(None if principal.admin else principal.tenant)
+
+    def capacity(self, principal: Principal) -> CapacityReport:
+        return self.admission.report(principal.tenant, admin=principal.admin)
 
     @timed("delete")
     async def delete(self, principal: Principal, sandbox_id: str) -> None:

@@ -119,6 +119,7 @@ class Lifecycle:
             self._last_health = self._last_reconcile = 0.0  # a new leader checks (and syncs snapshot pools) at once
         if await epoch_changed(self.service):
             await self.adopt()
+        await self.relieve_pressure()
         await self.service.pools.refill()
         await self.expire_leases()
         interval = self.settings.health_interval_s
@@ -129,6 +130,18 @@ class Lifecycle:
         if now - self._last_reconcile >= self.settings.reconcile_interval_s:
             self._last_reconcile = now
             await self.reconcile()
+            await self.service.count_reservations()
+
+    async def relieve_pressure(self) -> None:
+        """Under memory pressure (the kernel's PSI), warm instances go first: half of them a tick, until it clears
+        (pools do not refill meanwhile; held sandboxes are never touched)."""
+        admission = self.service.admission
+        if admission.pressure is None or not admission.pressure.under_pressure():
+            return
+        warm = admission.ledger.warm
+        if warm.memory_mb > 0:
+            evicted = await self.service.pools.evict(warm.scaled(0.5))
+            self._log.warning("%s: removed %d warm instance(s)", admission.pressure.describe(), evicted)
 
     async def _health_round(self, spread_s: float) -> None:
         """One round of :meth:`check_health`, beside the ticks: spread out, it lasts about as long as the interval,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.aio import settled
+from sandbox.capacity.usage import Usage
 from sandbox.errors import SandboxError
 from sandbox.models import NetworkPolicy, SandboxSpec
 from sandbox.observability.metrics import PoolStats
@@ -61,6 +62,8 @@ class Pools:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._refused: set[str] = set()
+        self.short: set[str] = set()
+        """Pools held below their size by capacity (the warm share, or held sandboxes' room) at the last refill."""
 
     def add(self, spec: SandboxSpec, image: str, *, min: int, max: int, max_starting: int = 4) -> str:
         """Keep a pool (again: the sizes of a pool already kept are updated, its starts still count); its key.
@@ -115,6 +118,10 @@ class Pools:
             wanted = min(pool.min - ready - pool.starting, pool.max - ready - pool.starting)
             wanted = min(wanted, pool.max_starting - pool.starting)
             for _ in range(max(0, wanted)):
+                if not self._instances.admission.may_warm(pool.spec):
+                    self.short.add(pool.key)
+                    break  # the warm share is full, or held sandboxes need the room: the pool stays short
+                self.short.discard(pool.key)
                 pool.starting += 1
                 task = asyncio.create_task(self._start_one(pool))
                 self._tasks.add(task)
@@ -136,6 +143,27 @@ class Pools:
             await self._instances.retire(instance)
         else:
             await self._store.push(pool.key, instance)
+
+    async def evict(self, need: Usage) -> int:
+        """Remove queued warm instances, from the fullest pool first, until ``need`` is freed or none is left (a
+        held sandbox needs the room; a pool never takes it back while it is needed). How many went."""
+        admission, freed, evicted = self._instances.admission, Usage(), 0
+        while not need.fits_in(freed):
+            sizes = {key: len(await self._store.items(key)) for key in self._pools}
+            key = max(sizes, key=lambda k: sizes[k], default=None)
+            if key is None or sizes[key] == 0:
+                break
+            instance = await self._store.pop(key)
+            if instance is None:
+                continue
+            entry = admission.ledger.get(instance)
+            record = await self._instances.read(instance)
+            if record is None or not await self._instances.retire(instance, expected=record):
+                continue
+            freed = freed + (entry.usage if entry is not None else Usage())
+            evicted += 1
+            self._log.info("evicted warm instance %s of %s to make room", instance, key, extra={"pool": key})
+        return evicted
 
     async def close(self) -> None:
         """Start nothing more; stop the starts under way (what they made is removed). Queued warm instances stay

@@ -201,11 +201,34 @@ class InstanceRecord(BaseModel):
     owner: str | None = None
     """The control-plane replica that started or claimed it: while that replica lives, a start or a claim in
     progress is its own business, however long the engine takes."""
+    tenant: str | None = None
+    """The tenant whose sandbox it serves (None: warm, or written by an older version)."""
+    reserved: tuple[float, float, int] | None = None
+    """What it reserves of its host: CPUs, MiB of memory, pids (``sandbox.capacity``); None: written by an older
+    version (counted at its kind's request)."""
 
-    def moved_to(self, state: InstanceState, *, sandbox: str | None = None, owner: str | None = None) -> InstanceRecord:
+    @model_serializer(mode="wrap")
+    def _without_unset_capacity(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out when None, so a replica of the previous version (whose record forbids unknown fields) reads it.
+        data: dict[str, Any] = handler(self)
+        for field in ("tenant", "reserved"):
+            if data.get(field) is None:
+                data.pop(field, None)
+        return data
+
+    def moved_to(
+        self,
+        state: InstanceState,
+        *,
+        sandbox: str | None = None,
+        owner: str | None = None,
+        tenant: str | None = None,
+    ) -> InstanceRecord:
         update: dict[str, Any] = {"state": state, "since": time.time()}
         if sandbox is not None:
             update["sandbox"] = sandbox
+        if tenant is not None:
+            update["tenant"] = tenant
         if owner is not None:
             update["owner"] = owner
         return self.model_copy(update=update)

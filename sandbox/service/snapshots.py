@@ -28,7 +28,38 @@ class SnapshotOps(ActingOps):
         if not 0 <= warm <= MAX_WARM:
             raise InvalidArgument(f"warm must be between 0 and {MAX_WARM}")
         record = await self._find(principal, sandbox_id)
+        self.admission.check_warm_request(record.spec, warm)
+        await self._check_snapshot_quota(principal, name, warm)
         return (await self._take_snapshot(principal.tenant, record, name, warm=warm)).info()
+
+    async def _check_snapshot_quota(self, principal: Principal, name: str, warm: int) -> None:
+        """The tenant's max_snapshots and max_warm, counting its named snapshots but the one ``name`` replaces."""
+        quota = self.admission.quotas.for_tenant(principal.tenant, admin=principal.admin)
+        if quota.max_snapshots is None and quota.max_warm is None:
+            return
+        others = [
+            snap
+            for key, doc in (await self.store.all(SNAPSHOTS)).items()
+            if key != snapshot_key(principal.tenant, name)
+            and (snap := SnapshotRecord.model_validate(doc)).tenant == principal.tenant
+            and not snap.task
+        ]
+        tenant = repr(principal.tenant)
+        if quota.max_snapshots is not None and len(others) + 1 > quota.max_snapshots:
+            raise self.admission.refuse(
+                principal.tenant,
+                "quota",
+                f"tenant {tenant} keeps {len(others)} snapshots, its quota max_snapshots is {quota.max_snapshots}: "
+                "delete a snapshot first, or ask an operator to raise the quota (the tokens file)",
+            )
+        kept = sum(snap.warm for snap in others)
+        if quota.max_warm is not None and kept + warm > quota.max_warm:
+            raise self.admission.refuse(
+                principal.tenant,
+                "quota",
+                f"tenant {tenant}'s snapshots keep {kept} warm replicas; {warm} more exceed its quota max_warm of "
+                f"{quota.max_warm}: ask for at most {max(0, quota.max_warm - kept)}, or lower another snapshot's warm",
+            )
 
     async def _take_snapshot(
         self, tenant: str, record: SandboxRecord, name: str, *, warm: int, task: bool = False

@@ -27,6 +27,7 @@ from sandbox.backends.base import (
     Backend,
     BackendInstance,
     BackendSnapshot,
+    HostFacts,
     RuntimeState,
     check_cpus,
     tenant_hash,
@@ -46,6 +47,11 @@ class FakeConfig(BaseModel):
         default_factory=lambda: os.path.join(os.environ.get("TMPDIR", "/tmp"), "sandbox-fake"),
         description="Where the fake runs its in-process agents' sockets.",
     )
+    host_memory_mb: float | None = Field(
+        None, description="The host size the fake reports to the capacity model (None: no host model)."
+    )
+    host_cpus: float = 2.0
+    host_pids: int = 32_768
 
 
 @dataclass
@@ -60,6 +66,15 @@ class _Proc:
 class FakeBackend(Backend):
     name = "fake"
     can_snapshot = False
+
+    async def host_facts(
+        self, *, memory_mb: float | None = None, cpus: float | None = None, pids: int | None = None
+    ) -> HostFacts | None:
+        c = self.config
+        memory = memory_mb if memory_mb is not None else c.host_memory_mb
+        if memory is None:
+            return None
+        return HostFacts(cpus=cpus if cpus is not None else c.host_cpus, memory_mb=memory, pids=pids or c.host_pids)
 
     def __init__(self, config: FakeConfig) -> None:
         super().__init__()

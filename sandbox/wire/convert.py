@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
 
 from sandbox import models
 from sandbox.errors import InvalidArgument
@@ -254,6 +254,14 @@ class Renewal(models.Model):
     ttl_s: float | None = Field(
         None, gt=0, le=models.MAX_LEASE_S, description="Seconds from now; the sandbox's spec.ttl_s when null."
     )
+
+    @field_validator("ttl_s", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        # pydantic's lax mode takes true for 1 second; JSON Schema's number does not
+        if isinstance(value, bool):
+            raise ValueError("ttl_s must be a number of seconds, not a boolean")
+        return value
 
 
 # --------------------------------------------------------------------------- actions

@@ -48,6 +48,8 @@ TABLE: tuple[Row, ...] = (
     Row(errors.Unauthenticated, ErrorCode.UNAUTHENTICATED, _G.UNAUTHENTICATED, 401),
     Row(errors.FailedPrecondition, None, _G.FAILED_PRECONDITION, 409),
     Row(errors.ResourceExhausted, ErrorCode.TOO_LARGE, _G.RESOURCE_EXHAUSTED, 413),
+    # After ResourceExhausted: gRPC's RESOURCE_EXHAUSTED reaches the SDK as its parent, which catches both.
+    Row(errors.CapacityExhausted, None, _G.RESOURCE_EXHAUSTED, 429),
     Row(errors.DeadlineExceeded, ErrorCode.TIMEOUT, _G.DEADLINE_EXCEEDED, 504),
     Row(errors.Unavailable, ErrorCode.UNAVAILABLE, _G.UNAVAILABLE, 503),
     # The first INTERNAL row: the exception the SDK raises for INTERNAL (and for any status not in the table).

@@ -11,6 +11,7 @@ import grpc
 import httpx
 import pytest
 
+from sandbox.capacity.admission import Grant
 from sandbox.client import AsyncClient
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.models import GROUP_MAX, SandboxInfo, SandboxSpec
@@ -62,17 +63,17 @@ async def test_the_server_refuses_a_count_out_of_range(target: str, count: int) 
 async def test_when_one_create_fails_the_group_fails_with_its_error_and_leaves_nothing(
     service: SandboxService, alpha: AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_create = service.create
+    real_create = service._create
     calls = 0
 
-    async def third_fails(principal: Principal, spec: SandboxSpec) -> SandboxInfo:
+    async def third_fails(principal: Principal, spec: SandboxSpec, image: str, grant: Grant) -> SandboxInfo:
         nonlocal calls
         calls += 1
         if calls == 3:
             raise Unavailable("the engine did not answer (forced by the test)")
-        return await real_create(principal, spec)
+        return await real_create(principal, spec, image, grant)
 
-    monkeypatch.setattr(service, "create", third_fails)
+    monkeypatch.setattr(service, "_create", third_fails)
     with pytest.raises(Unavailable, match="forced by the test"):
         await alpha.create_group(4, "terminal", labels={"t": "group-fails"})
     assert calls == 4
@@ -82,19 +83,19 @@ async def test_when_one_create_fails_the_group_fails_with_its_error_and_leaves_n
 async def test_a_group_given_up_midway_deletes_what_its_creates_made(
     service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_create = service.create
+    real_create = service._create
     made, release = asyncio.Event(), asyncio.Event()
     done: list[str] = []
 
-    async def slow_second(principal: Principal, spec: SandboxSpec) -> SandboxInfo:
-        info = await real_create(principal, spec)
+    async def slow_second(principal: Principal, spec: SandboxSpec, image: str, grant: Grant) -> SandboxInfo:
+        info = await real_create(principal, spec, image, grant)
         done.append(info.id)
         if len(done) == 2:
             made.set()
             await release.wait()  # the caller gives up while this one is still being made
         return info
 
-    monkeypatch.setattr(service, "create", slow_second)
+    monkeypatch.setattr(service, "_create", slow_second)
     spec = SandboxSpec(kind="terminal", labels={"t": "group-cancelled"})
     group = asyncio.ensure_future(service.create_group(ALICE, spec, 3))
     await made.wait()

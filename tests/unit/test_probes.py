@@ -51,7 +51,10 @@ async def test_reflection_lists_the_api_and_describes_its_methods(target: str) -
 async def test_livez_and_readyz(api: httpx.AsyncClient) -> None:
     assert (await api.get("/livez")).json() == {"ok": True}
     ready = await api.get("/readyz")
-    assert ready.status_code == 200 and ready.json() == {"ready": True, "checks": {"store": "ok", "backend": "ok"}}
+    assert ready.status_code == 200 and ready.json() == {
+        "ready": True,
+        "checks": {"store": "ok", "backend": "ok", "engine": "ok", "memory": "ok"},
+    }
 
 
 async def test_a_backend_that_does_not_answer_makes_the_replica_not_ready(
@@ -63,7 +66,12 @@ async def test_a_backend_that_does_not_answer_makes_the_replica_not_ready(
     monkeypatch.setattr(service.backend, "ping", down)
     ready = await api.get("/readyz")
     assert ready.status_code == 503
-    assert ready.json()["checks"] == {"store": "ok", "backend": "the engine does not answer (forced by the test)"}
+    assert ready.json()["checks"] == {
+        "store": "ok",
+        "backend": "the engine does not answer (forced by the test)",
+        "engine": "ok",
+        "memory": "ok",
+    }
     not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
     await eventually(lambda: _is(target, not_serving), 10, "gRPC health turning NOT_SERVING")
     monkeypatch.undo()

@@ -9,8 +9,6 @@ never holds more than a few agent processes.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import shutil
@@ -26,7 +24,7 @@ from schemathesis.engine.recorder import ScenarioRecorder
 from schemathesis.python import asgi
 
 from sandbox.api.rest import create_app
-from sandbox.models import GROUP_MAX
+from sandbox.capacity.settings import CapacitySettings
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_backend import FakeBackend, FakeConfig
@@ -39,9 +37,12 @@ SEED = 20240611
 LIVE_SANDBOXES = 3
 """At most this many sandboxes a generated request created are kept (stateful tests use the newest ones)."""
 GROUP = "/v1/sandboxes:group"
-MAX_GROUP = 3
-"""A generated group the schema allows asks for at most this many sandboxes: the schema allows 1024, and each is an
-agent process of the fake backend (13 MiB); larger counts are the unit tests' (``test_groups.py``)."""
+HOST_MEMORY_MB = 1224
+"""The fake host's memory: with the default capacity settings (1 GiB kept for the host), room for 6 terminals, 1
+desktop and no browser. Every surface that starts instances goes through admission, so a generated group of 1024
+is refused (429) with nothing started, and the run never starts more than that (each an agent process, 13 MiB)."""
+MAX_WAIT_S = 0.5
+"""Generated creates ask to wait up to a day; the server cuts every wait to this (its ``max_wait_s``)."""
 MAX_RUN_S = 120.0
 ACCEPTANCE = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]
 """What schemathesis takes for "accepted" from a request the schema allows (its default)."""
@@ -66,34 +67,6 @@ LOGGER = logging.getLogger("sandbox.test.contract")
 Message = dict[str, Any]
 
 
-async def _small_group(receive: Any) -> Any:
-    """The request's body with a count the schema allows brought down to :data:`MAX_GROUP` (any other body as it
-    came: a count the schema refuses must still be refused). Here, below schemathesis, so every phase goes through
-    it."""
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if message["type"] != "http.request" or not message.get("more_body"):
-            break
-    with contextlib.suppress(ValueError):
-        doc = json.loads(body)
-        count = doc.get("count") if isinstance(doc, dict) else None
-        whole = type(count) in (int, float) and float(count).is_integer()  # JSON Schema's integer takes 434.0 too
-        if whole and MAX_GROUP < count <= GROUP_MAX:
-            body = json.dumps({**doc, "count": MAX_GROUP}).encode()
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()  # what follows the body: a disconnect
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
-
-
 class HostedApp:
     """The REST app as an ASGI app that makes its service (store, fake backend) when its lifespan starts, in the
     event loop that serves it, and closes it when the lifespan ends."""
@@ -105,8 +78,6 @@ class HostedApp:
 
     async def __call__(self, scope: Message, receive: Any, send: Any) -> None:
         if scope["type"] != "lifespan":
-            if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == GROUP:
-                receive = await _small_group(receive)
             await self.app(scope, receive, send)
             return
         while True:
@@ -121,8 +92,10 @@ class HostedApp:
 
     async def _start(self) -> None:
         self.store = await EmbeddedStore.open(None, logger=LOGGER)
-        self.backend = FakeBackend(FakeConfig(socket_root=self.socket_root))
-        self.service = SandboxService(self.backend, self.store, logger=LOGGER)
+        self.backend = FakeBackend(FakeConfig(socket_root=self.socket_root, host_memory_mb=HOST_MEMORY_MB))
+        capacity = CapacitySettings(max_wait_s=MAX_WAIT_S)
+        self.service = SandboxService(self.backend, self.store, logger=LOGGER, capacity=capacity)
+        await self.service.start()
         self.app = create_app(self.service, TokenRegistry.from_mapping(TOKENS), logger=LOGGER)
 
     async def _stop(self) -> None:
@@ -234,4 +207,11 @@ def test_rest_api_keeps_its_contract(hosted: HostedApp) -> None:
     assert scenarios > 0 and reaper.created > 0, "schemathesis tested nothing (or never made a sandbox)"
     assert not errors, "schemathesis could not test everything:\n" + "\n".join(errors)
     assert not found, f"{len(found)} unique contract failures:\n{report}"
+    assert hosted.service is not None
+    model = hosted.service.admission.model
+    allocatable, surge = model.allocatable, model.surge
+    assert allocatable is not None and surge is not None, "the contract server ran without a capacity model"
+    peak = hosted.service.admission.ledger.peak
+    assert peak.memory_mb > 0, "no instance was ever counted"
+    assert peak.fits_in(allocatable + surge), f"started more than capacity: {peak} of {allocatable}"
     assert elapsed < MAX_RUN_S

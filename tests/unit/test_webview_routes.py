@@ -89,6 +89,9 @@ async def test_the_list_session_lives_in_an_httponly_cookie(api: httpx.AsyncClie
     assert listed["tenant"] == "alpha" and sandbox in [s["id"] for s in listed["sandboxes"]]
     entry = next(s for s in listed["sandboxes"] if s["id"] == sandbox)
     assert entry["kind"] == "terminal" and entry["has_display"] is False and "ok" in entry["health"]
+    capacity = listed["capacity"]  # the fake reports no host size: only quotas are checked
+    assert capacity["bounded"] is False and capacity["free"] is None and capacity["fits_now"] == {}
+    assert [row["tenant"] for row in capacity["tenants"]] == ["alpha"]
     r = await api.get(f"/view/{sandbox}", params={"control": "1"}, headers=session)
     assert r.status_code == 303 and r.headers["location"].startswith(f"/view/{sandbox}?ticket=")
     ticket = r.headers["location"].split("ticket=", 1)[1]

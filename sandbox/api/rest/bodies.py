@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, StrictBool
 
 from sandbox.api.contract import ErrorDetail
+from sandbox.capacity.report import WaitingCall
 from sandbox.models import GROUP_MAX, Action, FileInfo, Model, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
 from sandbox.service.snapshots import MAX_WARM, SNAPSHOT_NAME
 from sandbox.step_batches import STEP_BATCH_MAX
@@ -44,11 +45,24 @@ class StepOutcomes(Model):
 
 class SandboxList(Model):
     sandboxes: list[SandboxInfo]
+    waiting: list[WaitingCall] = Field(
+        default_factory=list, description="Your calls queued for capacity, in serving order (the list only)."
+    )
+
+
+WAIT_S = Field(
+    0.0,
+    ge=0,
+    le=86_400,
+    description="Queue this long for capacity when the host or your quota is full (0: refuse at once with 429). "
+    "At most the server's capacity.max_wait_s.",
+)
 
 
 class GroupRequest(Model):
     spec: SandboxSpec
     count: int = Field(ge=1, le=GROUP_MAX, description="How many sandboxes of the spec (a rollout group).")
+    wait_s: float = WAIT_S
 
 
 class ResetRequest(Model):

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import Scope
 
 from sandbox.api.rest.context import TRANSPORT, context_of
+from sandbox.capacity.admission import RETRY_AFTER_S
 from sandbox.errors import SandboxError
 from sandbox.wire.status import error_code_of_http, grpc_status, grpc_status_of_http, http_status
 
@@ -59,6 +60,8 @@ async def _on_sandbox_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SandboxError)
     status = _counted(request, exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 429:
+        headers = {"Retry-After": str(int(RETRY_AFTER_S))}
     return error_response(status, exc.code, exc.message, headers=headers)
 
 

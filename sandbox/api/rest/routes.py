@@ -26,6 +26,7 @@ from sandbox.api.rest.bodies import (
 )
 from sandbox.api.rest.context import Caller, Service
 from sandbox.api.rest.errors import GuardedRoute, step_error
+from sandbox.capacity.report import CapacityReport
 from sandbox.errors import InvalidArgument, SandboxError
 from sandbox.models import Exec, ExecResult, Health, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
 from sandbox.protocol import MAX_READ_BYTES
@@ -45,6 +46,14 @@ FilePath = Annotated[
         min_length=1,
         max_length=MAX_PATH_CHARS,
         description="Path inside the sandbox; a relative path is taken from the sandbox's workspace.",
+    ),
+]
+WaitSeconds = Annotated[
+    float,
+    Query(
+        ge=0,
+        le=86_400,
+        description="Queue this long for capacity when the host or your quota is full (0: refuse at once with 429).",
     ),
 ]
 ImageFormat = Annotated[Literal["png", "jpeg"], Query(description="Image encoding.")]
@@ -72,30 +81,44 @@ def router() -> APIRouter:
             **error_responses(
                 404,
                 409,
+                429,
                 d404="No such snapshot of yours, or no such image.",
                 d409="The backend cannot run this kind, or the host has fewer CPUs than resources.cpus asks.",
             ),
         },
         tags=["sandboxes"],
     )
-    async def create_sandbox(spec: SandboxSpec, caller: Caller, service: Service) -> SandboxInfo:
-        """A new sandbox of yours, running and healthy."""
-        return await service.create(caller, spec)
+    async def create_sandbox(
+        spec: SandboxSpec, caller: Caller, service: Service, wait_s: WaitSeconds = 0.0
+    ) -> SandboxInfo:
+        """A new sandbox of yours, running and healthy; admitted first (429 when there is no room now)."""
+        return await service.create(caller, spec, wait_s=wait_s)
 
     @router.post(
         "/sandboxes:group",
         status_code=201,
-        responses={**WITH_BODY, **error_responses(404, 409, d404="No such snapshot of yours, or no such image.")},
+        responses={
+            **WITH_BODY,
+            **error_responses(404, 409, 429, d404="No such snapshot of yours, or no such image."),
+        },
         tags=["sandboxes"],
     )
     async def create_sandbox_group(body: GroupRequest, caller: Caller, service: Service) -> SandboxList:
         """``count`` new sandboxes of one spec, made at once: all of them, running and healthy, or none (when one
-        cannot be made, the others are deleted and its error is the answer)."""
-        return SandboxList(sandboxes=await service.create_group(caller, body.spec, body.count))
+        cannot be made, the others are deleted and its error is the answer). The whole group is admitted before
+        any starts (429 when it does not fit now)."""
+        made = await service.create_group(caller, body.spec, body.count, wait_s=body.wait_s)
+        return SandboxList(sandboxes=made)
 
     @router.get("/sandboxes", tags=["sandboxes"])
     async def list_sandboxes(caller: Caller, service: Service) -> SandboxList:
-        return SandboxList(sandboxes=await service.list_sandboxes(caller))
+        return SandboxList(sandboxes=await service.list_sandboxes(caller), waiting=service.waiting(caller))
+
+    @router.get("/capacity", tags=["inspection"])
+    async def capacity(caller: Caller, service: Service) -> CapacityReport:
+        """The host's capacity, what is reserved and what is free, the calls waiting for it, and your tenant's use
+        and quota (every tenant's to an admin)."""
+        return service.capacity(caller)
 
     @router.get("/sandboxes/{sandbox_id}", tags=["sandboxes"])
     async def get_sandbox(sandbox_id: SandboxId, caller: Caller, service: Service) -> SandboxInfo:
@@ -106,7 +129,7 @@ def router() -> APIRouter:
         await service.delete(caller, sandbox_id)
         return Response(status_code=204)
 
-    @router.post("/sandboxes/{sandbox_id}/reset", responses=WITH_BODY, tags=["sandboxes"])
+    @router.post("/sandboxes/{sandbox_id}/reset", responses={**WITH_BODY, **error_responses(429)}, tags=["sandboxes"])
     async def reset_sandbox(
         sandbox_id: SandboxId, caller: Caller, service: Service, body: Annotated[ResetRequest | None, Body()] = None
     ) -> SandboxInfo | EpisodeStart:
@@ -152,6 +175,7 @@ def router() -> APIRouter:
         responses={
             **WITH_BODY,
             409: {"model": ErrorBody, "description": "The sandbox or its backend cannot be snapshotted."},
+            **error_responses(429, d429="Its warm replicas exceed the warm share, or the tenant's quota."),
         },
         tags=["snapshots"],
     )

@@ -1,7 +1,9 @@
 // The list page: one page of the sandboxes the session sees (search, kind and state filters, failing first, then
 // newest), each card with its kind, state, age, health, and a live thumbnail (screens) or the tail of its recent
-// output (terminals). The server pages, filters and probes; thumbnails are asked only for cards on screen.
+// output (terminals). The server pages, filters and probes; thumbnails are asked only for cards on screen. The same
+// poll carries the session's capacity report, drawn by capacity.js.
 import { badge, clock, duration, el, failure } from "/view/static/common.js";
+import { renderCapacity } from "/view/static/capacity.js";
 
 const LIST_EVERY_MS = 2000;
 const THUMB_EVERY_MS = 10000; // a card on screen gets a fresh thumbnail this often
@@ -76,6 +78,7 @@ function render(body) {
   $("range").textContent = body.matched ? `${first}-${last} of ${body.matched}${body.matched < body.total ? ` (of ${body.total})` : ""}` : "";
   $("prev").disabled = body.offset <= 0;
   $("next").disabled = last >= body.matched;
+  if (body.capacity) renderCapacity(body.capacity);
 
   const grid = $("grid");
   const seen = new Set();
