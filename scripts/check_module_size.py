@@ -24,7 +24,7 @@ def main() -> int:
         if lines > MAX_LINES:
             problems.append(f"module over {MAX_LINES} lines: {where}")
         elif lines > EXPLAIN_ABOVE and "one concept" not in (ast.get_docstring(ast.parse(text)) or ""):
-            problems.append(f"module over {EXPLAIN_ABOVE} lines whose docstring does not say why it is one concept: {where}")
+            problems.append(f"over {EXPLAIN_ABOVE} lines, no docstring saying why it is one concept: {where}")
     for line in problems:
         print(line, file=sys.stderr)
     return 1 if problems else 0

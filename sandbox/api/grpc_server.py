@@ -35,7 +35,7 @@ from sandbox.wire import episodes as wire_episodes
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
 from sandbox.wire.limits import MESSAGE_SIZE_OPTIONS
-from sandbox.wire.status import grpc_status
+from sandbox.wire.status import ERROR_CODE_KEY, grpc_status
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -123,7 +123,8 @@ class SandboxServicer:
             return await call(self._principal(context))
         except Exception as e:
             code, message = self._status(e, method)
-        await context.abort(code, message)
+            trailer = ((ERROR_CODE_KEY, e.code),) if isinstance(e, SandboxError) else ()
+        await context.abort(code, message, trailing_metadata=trailer)
         raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
 
     # ------------------------------------------------------------------ lifecycle

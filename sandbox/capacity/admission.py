@@ -139,12 +139,12 @@ class Admission:
             over = quota.exceeded(held.count + pending_count + count, held.reserved + pending + demand)
             if over:
                 never = bool(quota.exceeded(count, demand))
-                return Refusal(f"tenant {tenant!r}'s quota: " + "; ".join(over), never=never, quota=True)
+                return Refusal(f"over the quota of tenant {tenant!r}: " + "; ".join(over), never=never, quota=True)
         allocatable = self.model.allocatable
         if allocatable is None:
             return None
         if not demand.fits_in(allocatable):
-            short = "; ".join(demand.short_of(allocatable))
+            short = "; ".join(demand.short_of(allocatable)).replace(" free", " allocatable in all")
             return Refusal(f"more than this host holds even empty ({short})", never=True)
         if self._pressed():
             assert self.pressure is not None
@@ -188,14 +188,14 @@ class Admission:
         allocatable, warm_room = self.model.allocatable, self.model.warm_room
         if allocatable is None or warm_room is None:
             return True
-        if self._pressed() or self.queue:
+        if self._pressed() or self.queue_ahead():
             return False
         unit = self.model.reservation(spec)
         if not (self.ledger.warm + unit).fits_in(warm_room):
             return False
         return (self.ledger.held + self.ledger.warm + self._pending + unit).fits_in(allocatable)
 
-    def check_warm_request(self, spec: SandboxSpec, replicas: int) -> None:
+    def check_warm_request(self, spec: SandboxSpec, replicas: int, *, tenant: str = "-") -> None:
         """Refuse a snapshot's ``replicas`` that the warm share could never hold."""
         warm_room = self.model.warm_room
         if warm_room is None or replicas == 0:
@@ -203,10 +203,12 @@ class Admission:
         demand = self.model.reservation(spec).times(replicas)
         if not demand.fits_in(warm_room):
             fit = self.model.reservation(spec).how_many_fit(warm_room)
-            raise CapacityExhausted(
+            short = "; ".join(demand.short_of(warm_room)).replace(" free", " in the share")
+            raise self.refuse(
+                tenant,
+                "capacity",
                 f"{replicas} warm replicas of a {spec.kind.value} sandbox need more than the warm share of this host "
-                f"({self.model.settings.warm_share:.0%}: " + "; ".join(demand.short_of(warm_room)) + "); "
-                f"ask for at most {fit}, or raise capacity.warm_share"
+                f"({self.model.settings.warm_share:.0%}: {short}); ask for at most {fit}, or raise capacity.warm_share",
             )
 
     def overflow(self, unit: Usage) -> Usage:
@@ -223,8 +225,8 @@ class Admission:
         warm = sandbox is None
         self.ledger.add(instance, Entry(self.model.reservation(spec), warm=warm, tenant=tenant, sandbox=sandbox))
 
-    def claimed(self, instance: str, *, tenant: str, sandbox: str) -> None:
-        self.ledger.claim(instance, tenant=tenant, sandbox=sandbox)
+    def claimed(self, instance: str, spec: SandboxSpec, *, tenant: str, sandbox: str) -> None:
+        self.ledger.claim(instance, self.model.reservation(spec), tenant=tenant, sandbox=sandbox)
 
     def ended(self, instance: str) -> None:
         if self.ledger.release(instance) is not None:
@@ -248,6 +250,18 @@ class Admission:
             for i, w in enumerate(self.queue.order())
             if tenant is None or w.tenant == tenant
         ]
+
+    def gauges(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+        """What the capacity gauges show: use -> resource -> amount, and tenant -> resource -> amount."""
+        uses = {"held": self.ledger.held, "warm": self.ledger.warm, "granted": self._pending + self._pending_surge}
+        allocatable = self.model.allocatable
+        if allocatable is not None:
+            uses["allocatable"] = allocatable
+        tenants = {
+            name: {**use.reserved.as_dict(), "sandboxes": float(use.count)}
+            for name, use in self.ledger.tenants().items()
+        }
+        return {use: usage.as_dict() for use, usage in uses.items()}, tenants
 
     def _fit(self, spec: SandboxSpec, room: Usage) -> int:
         return self.model.reservation(spec).how_many_fit(room)
@@ -377,17 +391,25 @@ class Admission:
         if waited:
             head += f", after waiting {wait_s:g} s"
         if refusal.quota:
-            hint = "delete sandboxes of this tenant, or ask an operator to raise its quota (the tokens file)"
+            hint = "Delete sandboxes of this tenant, or ask an operator to raise its quota (the tokens file)"
         elif refusal.never:
             fit = unit.how_many_fit(self.model.allocatable or ZERO)
-            hint = f"ask for at most {fit} at once, or for smaller resources, or add capacity"
+            hint = (
+                f"Ask for at most {fit} at once, or for smaller resources, or add capacity"
+                if fit
+                else "This host cannot hold even one: ask for smaller resources, or run it on a larger host"
+            )
+        elif _why(refusal) == "pressure":
+            hint = f"Wait for the pressure to clear (retry after {RETRY_AFTER_S:g} s), or pass wait_s to queue"
+        elif waited:
+            hint = "Delete sandboxes you no longer need, ask for fewer, or wait longer (wait_s)"
         else:
             fit = unit.how_many_fit(self.free())
             hint = (
-                f"{fit} fit now; delete sandboxes you no longer need, ask for fewer, or pass wait_s to queue "
+                f"{fit} fit now. Delete sandboxes you no longer need, ask for fewer, or pass wait_s to queue "
                 f"for capacity (retry after {RETRY_AFTER_S:g} s)"
             )
-        return f"{head}. {hint}"
+        return f"{head}. {hint}."
 
 
 def _resources(usage: Usage | None) -> Resources | None:

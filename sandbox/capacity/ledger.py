@@ -72,11 +72,11 @@ class Ledger:
         if entry is not None and not entry.retiring:
             self.add(instance, Entry(entry.usage, entry.warm, entry.tenant, entry.sandbox, retiring=True))
 
-    def claim(self, instance: str, *, tenant: str, sandbox: str) -> None:
-        """A warm instance now serves ``sandbox`` of ``tenant``."""
+    def claim(self, instance: str, usage: Usage, *, tenant: str, sandbox: str) -> None:
+        """A warm instance now serves ``sandbox`` of ``tenant`` (one another replica started is counted at
+        ``usage``, what its spec reserves)."""
         entry = self._entries.get(instance)
-        if entry is not None:
-            self.add(instance, Entry(entry.usage, warm=False, tenant=tenant, sandbox=sandbox))
+        self.add(instance, Entry(entry.usage if entry else usage, warm=False, tenant=tenant, sandbox=sandbox))
 
     def release(self, instance: str) -> Entry | None:
         self._seq += 1
@@ -133,8 +133,8 @@ class Ledger:
             self.warm = self.warm + usage
             return
         self.held = self.held + usage
-        if entry.tenant is None:
-            return
+        if entry.tenant is None or entry.retiring:
+            return  # a sandbox deleted (or an instance swapped out) no longer counts against its tenant
         tenant = self._tenants.setdefault(entry.tenant, TenantUsage(sandboxes=Counter()))
         tenant.reserved = tenant.reserved + usage
         assert tenant.sandboxes is not None

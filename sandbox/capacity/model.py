@@ -17,7 +17,8 @@ from sandbox.models import Resources, SandboxKind, SandboxSpec
 class CapacityModel:
     def __init__(self, settings: CapacitySettings, host: HostFacts | None) -> None:
         self.settings = settings
-        self.host = host
+        self._host = host
+        self._allocatable = self._allocate()
         self._reservations: Memo[tuple[SandboxKind, Resources], Usage] = Memo()
 
     @property
@@ -26,7 +27,20 @@ class CapacityModel:
         return self.host is not None and self.settings.enabled
 
     @property
+    def host(self) -> HostFacts | None:
+        return self._host
+
+    @host.setter
+    def host(self, host: HostFacts | None) -> None:
+        self._host = host
+        self._allocatable = self._allocate()
+
+    @property
     def allocatable(self) -> Usage | None:
+        """Worked out once a host is known: every admission decision reads it several times."""
+        return self._allocatable
+
+    def _allocate(self) -> Usage | None:
         if self.host is None or not self.settings.enabled:
             return None
         s, h = self.settings, self.host

@@ -32,7 +32,7 @@ class TenantUse(_Report):
     tenant: str
     sandboxes: int
     reserved: Resources
-    quota: dict[str, float | None] = Field(description="The tenant's quota; null: no limit.")
+    quota: dict[str, int | float | None] = Field(description="The tenant's quota; null: no limit.")
 
 
 class CapacityReport(_Report):

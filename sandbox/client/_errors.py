@@ -22,7 +22,7 @@ import re
 import grpc
 
 from sandbox.errors import DeadlineExceeded, SandboxError, Unavailable
-from sandbox.wire.status import from_grpc
+from sandbox.wire.status import ERROR_CODE_KEY, from_grpc
 
 CREATE_METHODS = frozenset({"CreateSandbox", "CreateSandboxes"})
 """The calls whose deadline hint also suggests queueing for capacity (``wait_s``)."""
@@ -58,11 +58,19 @@ def rpc_error(error: grpc.RpcError, target: str, *, method: str, timeout: float 
     (None: none) as the platform's exception."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = error.details() if hasattr(error, "details") else None
-    return translate(code, details, target=target, method=method, timeout=timeout)
+    trailer = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    error_code = next((str(v) for k, v in trailer or () if k == ERROR_CODE_KEY), None)
+    return translate(code, details, target=target, method=method, timeout=timeout, error_code=error_code)
 
 
 def translate(
-    code: grpc.StatusCode, details: str | None, *, target: str, method: str, timeout: float | None
+    code: grpc.StatusCode,
+    details: str | None,
+    *,
+    target: str,
+    method: str,
+    timeout: float | None,
+    error_code: str | None = None,
 ) -> SandboxError:
     """A gRPC status and its details as the platform's exception (see the module's docstring)."""
     text = details or ""
@@ -80,7 +88,7 @@ def translate(
             f"it may have stopped, restarted or be overloaded; {READINESS_HINT} and retry (what the call asked "
             "for may or may not have been done)"
         )
-    return from_grpc(code, details or str(code))
+    return from_grpc(code, details or str(code), error_code=error_code)
 
 
 def deadline_exceeded(method: str, target: str, timeout: float) -> DeadlineExceeded:

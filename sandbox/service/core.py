@@ -121,6 +121,8 @@ class ServiceCore:
             self.admission.model.host = await self.backend.host_facts(
                 memory_mb=settings.host_memory_mb, cpus=settings.host_cpus, pids=settings.host_pids
             )
+        if self.admission.model.host is None:
+            self.admission.pressure = None  # this process's node is not where sandboxes run (Kubernetes)
         await self.count_reservations()
 
     async def count_reservations(self) -> None:
@@ -240,7 +242,7 @@ class ServiceCore:
         # Whether or not this replica keeps that pool: the leader may keep it for every replica.
         instance = None
         if spec.network is not NetworkPolicy.INTERNAL:
-            instance = await self.instances.claim_warm(pool_key(spec, image), sandbox_id, tenant=tenant)
+            instance = await self.instances.claim_warm(pool_key(spec, image), sandbox_id, tenant=tenant, spec=spec)
         self.metrics.provisioned(spec.kind, warm=instance is not None)
         if instance is not None:
             if grant is not None:

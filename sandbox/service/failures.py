@@ -153,6 +153,8 @@ class FailureOps(ServiceCore):
             if key is not None:
                 counts[key] = counts.get(key, 0) + 1
         self.metrics.set_fleet(counts, await self.pools.stats())
+        uses, tenants = self.admission.gauges()
+        self.metrics.set_capacity(uses, tenants, len(self.admission.queue))
 
 
 def _set_unhealthy(record: SandboxRecord, failed: str, message: str) -> bool:

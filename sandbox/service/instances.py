@@ -121,7 +121,7 @@ class Instances:
             raise Unavailable(f"instance {instance} was reclaimed while it started; retry")
         return instance
 
-    async def claim_warm(self, pool: str, sandbox: str, *, tenant: str) -> str | None:
+    async def claim_warm(self, pool: str, sandbox: str, *, tenant: str, spec: SandboxSpec) -> str | None:
         """A warm instance from ``pool`` that still answers, handed to ``sandbox`` alone.
 
         The pop and the move to SERVING are compare-and-sets in the store, not flushed on their own: the caller's
@@ -139,7 +139,7 @@ class Instances:
                 continue  # being removed, or unknown to the store: never handed out
             if not await self._move(record, InstanceState.SERVING, sandbox=sandbox, tenant=tenant, durable=False):
                 continue  # a removal won the race for it
-            self.admission.claimed(instance, tenant=tenant, sandbox=sandbox)
+            self.admission.claimed(instance, spec, tenant=tenant, sandbox=sandbox)
             try:
                 await self.backend.agent(instance).ping(deadline=CLAIM_PING_S)
                 return instance

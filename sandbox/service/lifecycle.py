@@ -64,6 +64,7 @@ class Lifecycle:
         self._leader = False
         self._last_health = 0.0
         self._last_reconcile = 0.0
+        self._last_count = 0.0
         self._round: asyncio.Task[None] | None = None
         self._probing: set[str] = set()
         self._suspects: set[str] = set()
@@ -106,6 +107,9 @@ class Lifecycle:
         store, now = self.service.store, time.monotonic()
         replica = self.service.replica
         await store.try_lock(replica_lock(replica), replica, self.settings.leader_ttl_s * 3)  # "I am alive"
+        if now - self._last_count >= self.settings.reconcile_interval_s:
+            self._last_count = now
+            await self.service.count_reservations()  # every replica: the others' instances take room too
         was_leader = self._leader
         self._leader = await store.try_lock(LEADER_LOCK, self.service.replica, self.settings.leader_ttl_s)
         self.service.metrics.set_leader(self._leader)
@@ -130,7 +134,6 @@ class Lifecycle:
         if now - self._last_reconcile >= self.settings.reconcile_interval_s:
             self._last_reconcile = now
             await self.reconcile()
-            await self.service.count_reservations()
 
     async def relieve_pressure(self) -> None:
         """Under memory pressure (the kernel's PSI), warm instances go first: half of them a tick, until it clears

@@ -28,7 +28,7 @@ class SnapshotOps(ActingOps):
         if not 0 <= warm <= MAX_WARM:
             raise InvalidArgument(f"warm must be between 0 and {MAX_WARM}")
         record = await self._find(principal, sandbox_id)
-        self.admission.check_warm_request(record.spec, warm)
+        self.admission.check_warm_request(record.spec, warm, tenant=principal.tenant)
         await self._check_snapshot_quota(principal, name, warm)
         return (await self._take_snapshot(principal.tenant, record, name, warm=warm)).info()
 

@@ -90,6 +90,7 @@ def _first_by(key: Callable[[Row], K | None]) -> dict[K, Row]:
 
 
 _BY_ERROR: dict[type[errors.SandboxError], Row] = {row.error: row for row in TABLE}
+_BY_CODE: dict[str, Row] = {row.error.code: row for row in TABLE}
 _BY_GRPC = _first_by(lambda row: row.grpc_status)
 _BY_AGENT = _first_by(lambda row: row.agent_code)
 _BY_HTTP: dict[int, tuple[grpc.StatusCode, str]] = {
@@ -117,8 +118,17 @@ def http_status(error: errors.SandboxError) -> int:
     return row_of(error).http_status
 
 
-def from_grpc(code: grpc.StatusCode, message: str) -> errors.SandboxError:
-    """The SDK's side: a gRPC status back into the platform's exception (the first row with that status)."""
+ERROR_CODE_KEY = "sandbox-error-code"
+"""Trailing metadata of a failed call: the exception's own ``code``, which tells apart the classes that share a gRPC
+status with a parent (``CapacityExhausted`` under ``RESOURCE_EXHAUSTED``)."""
+
+
+def from_grpc(code: grpc.StatusCode, message: str, *, error_code: str | None = None) -> errors.SandboxError:
+    """The SDK's side: a gRPC status back into the platform's exception: the class ``error_code`` (the call's
+    trailing metadata) names when it has that status, else the first row with that status."""
+    named = _BY_CODE.get(error_code or "")
+    if named is not None and named.grpc_status is code and named.grpc_status is not grpc.StatusCode.INTERNAL:
+        return named.error(message)
     row = _BY_GRPC.get(code)
     return (row.error if row is not None else errors.InternalError)(message)
 

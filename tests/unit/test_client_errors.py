@@ -119,6 +119,7 @@ async def test_a_refusal_for_capacity_arrives_intact(
         with pytest.raises(ResourceExhausted) as caught:
             await client.create("desktop")
     assert caught.value.message == REFUSAL
+    assert type(caught.value) is CapacityExhausted, "the trailer's error code names the subclass"
 
     def group() -> None:
         with Client(target, token=ALPHA_TOKEN, timeout=10) as client:
@@ -127,6 +128,7 @@ async def test_a_refusal_for_capacity_arrives_intact(
     with pytest.raises(ResourceExhausted) as caught:
         await asyncio.to_thread(group)
     assert caught.value.message == REFUSAL
+    assert type(caught.value) is CapacityExhausted
 
 
 @pytest.mark.parametrize(

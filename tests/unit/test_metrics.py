@@ -186,12 +186,21 @@ async def test_pools_health_recovery_and_expiry_are_counted(
         await sandbox.close()
 
 
-async def test_metrics_carry_no_sandbox_id_and_no_tenant(alpha: AsyncClient, api: httpx.AsyncClient) -> None:
+TENANT_SERIES = ("sandbox_tenant_reserved", "sandbox_admission_refusals")
+"""The only series a tenant labels: capacity and quota use, bounded by the tokens file's tenants."""
+
+
+async def test_metrics_carry_no_sandbox_id_and_a_tenant_only_on_its_capacity_series(
+    alpha: AsyncClient, api: httpx.AsyncClient
+) -> None:
     async with await alpha.create(kind="terminal") as sandbox:
         await sandbox.exec("true")
         text = (await api.get("/metrics")).text
     assert sandbox.id not in text
-    assert "alpha" not in text
+    with_tenant = [line for line in text.splitlines() if "alpha" in line]
+    assert with_tenant, "the tenant's reservation is not reported"
+    assert all(line.startswith(TENANT_SERIES) for line in with_tenant), with_tenant
+    assert 'sandbox_tenant_reserved{resource="sandboxes",tenant="alpha"} 1.0' in text
 
 
 async def test_a_log_line_is_one_json_object_with_the_sandbox_and_tenant(

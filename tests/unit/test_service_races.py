@@ -143,7 +143,7 @@ async def test_a_claim_that_wins_makes_a_stale_removal_fail(service: SandboxServ
     seen_by_reconcile = await service.instances.read(instance)  # an orphan candidate, read before the claim
     assert seen_by_reconcile is not None and seen_by_reconcile.state is InstanceState.WARM
     claimed = await service.instances.claim_warm(
-        pool_key(SPEC, service.backend.image_for(SPEC)), "sb-test-1", tenant="default"
+        pool_key(SPEC, service.backend.image_for(SPEC)), "sb-test-1", tenant="default", spec=SPEC
     )
     assert claimed == instance
     assert not await service.instances.retire(instance, expected=seen_by_reconcile), "removed a claimed instance"
@@ -158,7 +158,7 @@ async def test_a_removal_that_wins_makes_the_claim_take_nothing(service: Sandbox
     assert seen is not None
     assert await service.instances.retire(instance, expected=seen)
     assert await service.store.items(key) == [instance], "the queue still names it, as after a real race"
-    assert await service.instances.claim_warm(key, "sb-test-2", tenant="default") is None, (
+    assert await service.instances.claim_warm(key, "sb-test-2", tenant="default", spec=SPEC) is None, (
         "handed out an instance being removed"
     )
     assert await service.store.get(INSTANCES, instance) is None
@@ -175,7 +175,7 @@ async def test_a_claim_asks_the_agent_not_the_engine(service: SandboxService) ->
 
     backend.inspect = no_engine  # type: ignore[method-assign]
     try:
-        assert await service.instances.claim_warm(key, "sb-test-4", tenant="default") == instance
+        assert await service.instances.claim_warm(key, "sb-test-4", tenant="default", spec=SPEC) == instance
     finally:
         del backend.inspect  # the class's own again
     record = await service.instances.read(instance)
@@ -191,7 +191,9 @@ async def test_a_warm_instance_whose_agent_died_is_never_handed_out(service: San
     process = backend._procs[instance].process
     process.kill()  # dies while it waits in the queue: no health round watches warm instances
     await process.wait()
-    assert await service.instances.claim_warm(key, "sb-test-5", tenant="default") is None, "handed out a dead instance"
+    assert await service.instances.claim_warm(key, "sb-test-5", tenant="default", spec=SPEC) is None, (
+        "handed out a dead instance"
+    )
     await service.instances.drain()  # dropped: removed from the engine and the store
     assert await service.store.get(INSTANCES, instance) is None
     assert (await backend.inspect(instance)).state.value == "missing"
@@ -227,7 +229,7 @@ async def test_reconciliation_leaves_a_claim_in_progress_alone(service: SandboxS
     instance = await _warm_one(service)
     key = pool_key(SPEC, service.backend.image_for(SPEC))
     # Claimed (popped and moved to SERVING) but the sandbox's record is not written yet.
-    assert await service.instances.claim_warm(key, "sb-test-3", tenant="default") == instance
+    assert await service.instances.claim_warm(key, "sb-test-3", tenant="default", spec=SPEC) == instance
     settings = LifecycleSettings(orphan_grace_s=60)
     lifecycle = Lifecycle(service, settings, logger=LOGGER)
     try:

@@ -45,10 +45,17 @@ def create_app(
     @app.get(
         "/readyz",
         tags=["inspection"],
-        responses={503: {"model": Readiness, "description": "The store or the backend does not answer."}},
+        responses={
+            503: {
+                "model": Readiness,
+                "description": "The store or the backend does not answer, the engine is overloaded, or the host is "
+                "under memory pressure.",
+            }
+        },
     )
     async def readyz(response: Response) -> Readiness:
-        """Ready to serve: the state store and the backend both answer. Needs no token."""
+        """Ready to serve: the state store and the backend both answer, the engine is not overloaded and the host not
+        under memory pressure (each with hysteresis). Needs no token."""
         checks = await service.readiness()
         ready = not any(checks.values())
         if not ready:
@@ -57,7 +64,8 @@ def create_app(
 
     @app.get("/metrics", tags=["inspection"], response_class=Response)
     async def metrics(request: Request) -> Response:
-        """Prometheus metrics of this replica; needs no token (counts only: no sandbox ids, no tenants)."""
+        """Prometheus metrics of this replica; needs no token (counts only: no sandbox ids; tenants label only the
+        capacity and quota series)."""
         await service.refresh_metrics()
         body, content_type = service.metrics.render(request.headers.get("accept"))
         return Response(body, media_type=content_type)

@@ -51,7 +51,7 @@ async def test_a_group_beyond_capacity_is_refused_at_once_saying_what_and_what_t
         await a.admit("t", TERMINAL, 512, wait_s=60)  # never fits: no wait
     message = refused.value.message
     assert "cannot start 512 terminal sandboxes reserving 32 MiB" in message
-    assert "more than this host holds even empty" in message and "ask for at most 8 at once" in message
+    assert "more than this host holds even empty" in message and "Ask for at most 8 at once" in message
     assert isinstance(refused.value, ResourceExhausted)
     assert a.refusals[("t", "capacity")] == 1 and a.free().memory_mb == pytest.approx(8 * 32), "nothing was kept"
 
@@ -61,7 +61,7 @@ async def test_a_full_host_refuses_at_once_without_wait_and_says_how_many_fit() 
     grant = await a.admit("t", TERMINAL, 6)
     with pytest.raises(CapacityExhausted, match=r"not enough free capacity \(memory: 96 MiB asked, 64 MiB free\)"):
         await a.admit("t", TERMINAL, 3)
-    with pytest.raises(CapacityExhausted, match=r"2 fit now; .* pass wait_s to queue"):
+    with pytest.raises(CapacityExhausted, match=r"2 fit now\. Delete .* pass wait_s to queue"):
         await a.admit("t", TERMINAL, 3)
     grant.close()
 
@@ -161,7 +161,7 @@ async def test_quotas_hold_and_an_admin_is_not_limited_unless_named() -> None:
     with pytest.raises(CapacityExhausted, match="max_group of 2"):
         await a.admit("t", TERMINAL, 3)
     first = await a.admit("t", TERMINAL, 2)
-    with pytest.raises(CapacityExhausted, match=r"tenant 't''s quota: sandboxes: 3 would be held, the quota is 2"):
+    with pytest.raises(CapacityExhausted, match=r"over the quota of tenant 't': sandboxes: 3 would be held, the quota"):
         await a.admit("t", TERMINAL, 1)
     assert a.refusals[("t", "quota")] == 2
     first.close()
@@ -250,3 +250,29 @@ async def test_a_create_waits_for_the_room_of_instances_being_removed() -> None:
     hold(a, await asyncio.wait_for(waiting, 5), "new")
     with pytest.raises(CapacityExhausted):
         await a.admit("t", TERMINAL, 1)  # nothing being removed: refused at once
+
+
+async def test_a_deleted_sandbox_no_longer_counts_against_its_tenants_quota() -> None:
+    a = admission(QuotaBook(default=Quota(max_sandboxes=1)))
+    grant = await a.admit("t", TERMINAL, 1)
+    hold(a, grant, "old", tenant="t")
+    a.retiring("old")  # deleted: its container is still being removed
+    (await a.admit("t", TERMINAL, 1)).close()
+    assert a.ledger.held.memory_mb == pytest.approx(32), "the host still counts it until it is gone"
+
+
+async def test_a_warm_instance_another_replica_started_is_counted_when_claimed_here() -> None:
+    a = admission()
+    a.claimed("theirs", TERMINAL, tenant="t", sandbox="sb-theirs")
+    assert a.ledger.held.memory_mb == pytest.approx(32) and a.ledger.tenant("t").count == 1
+
+
+async def test_a_waiter_held_by_its_quota_does_not_stop_pools_refilling() -> None:
+    a = admission(QuotaBook({"q": Quota(max_sandboxes=1)}))
+    hold(a, await a.admit("q", TERMINAL, 1), "q0", tenant="q")
+    blocked = asyncio.create_task(a.admit("q", TERMINAL, 1, wait_s=30))
+    await _until(lambda: len(a.waiting()) == 1)
+    assert a.may_warm(TERMINAL)
+    blocked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await blocked
