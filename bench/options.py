@@ -9,6 +9,7 @@ from typing import Any
 SECTION_NAMES = (
     "create",
     "burst",
+    "admission",
     "step",
     "observe",
     "reset",
@@ -36,6 +37,17 @@ class Options:
     burst_rounds: int = 3
     burst_replicas: int = 2
     """burst: the same bursts against one control plane on Redis, then spread over this many sharing it; 0 skips."""
+    admission_hold: int = 8
+    """admission: the terminals the control plane's host is made to hold (``capacity.host_memory_mb``), all held."""
+    admission_samples: int = 300
+    """admission: creates refused one at a time through the SDK (and as many gets of a missing sandbox)."""
+    admission_decisions: int = 20_000
+    """admission: calls of each decision timed in this process (``Admission.refusal``, ``admit``)."""
+    admission_flood_seconds: float = 10.0
+    admission_flood_loops: int = 8
+    """admission: concurrent loops sending creates to the full host during the flood."""
+    admission_probe_rounds: int = 200
+    """admission: a step and a ``GET /healthz`` each, timed before the flood (the baseline of those during it)."""
     step_samples: int = 500
     step_warmup: int = 20
     observe_samples: int = 100
@@ -101,6 +113,10 @@ QUICK: dict[str, Any] = {
     "create_desktop_samples": 3,
     "burst_size": 16,
     "burst_rounds": 1,
+    "admission_samples": 50,
+    "admission_decisions": 2_000,
+    "admission_flood_seconds": 3.0,
+    "admission_probe_rounds": 50,
     "step_samples": 100,
     "step_warmup": 10,
     "observe_samples": 30,

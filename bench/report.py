@@ -50,6 +50,9 @@ class Row:
 
 def format_latency(seconds: float) -> str:
     ms = seconds * 1000
+    if ms < 0.1:  # an in-process call: microseconds
+        us = seconds * 1e6
+        return f"{us:.2f} µs" if us < 10 else f"{us:.1f} µs"
     if ms < 10:
         return f"{ms:.2f} ms"
     if ms < 100:
@@ -70,6 +73,8 @@ def format_number(value: float) -> str:
 def format_ratio(ratio: float | None) -> str:
     if ratio is None:
         return ""
+    if ratio < 1:  # slower than the baseline, or a share of it: two figures
+        return f"{ratio:.2f}x"
     return f"{ratio:.0f}x" if ratio >= 100 else f"{ratio:.1f}x"
 
 

@@ -5,13 +5,27 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench.harness import Bench, SectionResult
-from bench.sections import burst, create, density, games, k8s_scale, observe, preview, reset, step, tasks, throughput
+from bench.sections import (
+    admission,
+    burst,
+    create,
+    density,
+    games,
+    k8s_scale,
+    observe,
+    preview,
+    reset,
+    step,
+    tasks,
+    throughput,
+)
 
 Section = Callable[[Bench], Awaitable[SectionResult]]
 
 SECTIONS: dict[str, Section] = {
     "create": create.run,
     "burst": burst.run,
+    "admission": admission.run,
     "step": step.run,
     "observe": observe.run,
     "reset": reset.run,

@@ -5,8 +5,11 @@ The ramp adds sandboxes in batches (created through the SDK, a few at a time). A
 ``density_samples`` steps of ``true``, one at a time, each on a sandbox picked at random among those held. It stops
 at the maximum, when p99 passes the limit, when a create fails, before MemAvailable would drop under
 ``min_free_gib``, or at the time bound. The count reported is the last one whose p99 was within the limit. The
-control plane runs with its default settings (health probes of every sandbox every 2 s included). The baseline:
-``docker exec <container> true`` on random containers at the same density.
+control plane runs with its default settings (health probes of every sandbox every 2 s included), but for its
+capacity admission, which is off: the ramp measures what the host holds, and that is what the capacity model's limit
+is set beside (the limit of each kind's default spec the model gives, with the default capacity settings, on the
+host the engine reports: within ±20% of the density measured is the bar). The baseline: ``docker exec <container>
+true`` on random containers at the same density.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bench.capacity import TOLERANCE, describe_limit, engine_host, engine_info, model_limit, within
 from bench.harness import Bench, Platform, SectionResult
 from bench.machine import GIB, MIB, CpuMeter, mem_available, pids_named
 from bench.report import Row, Target
@@ -147,9 +151,11 @@ def _watched(server_pid: int) -> dict[str, int]:
     return pids
 
 
-async def _ramp(bench: Bench, kind: str, maximum: int, step: int) -> SectionResult:
+async def _ramp(bench: Bench, kind: str, maximum: int, step: int, model: int) -> SectionResult:
     interval = bench.options.density_health_interval_s
-    settings = {"lifecycle": {"health_interval_s": interval}} if interval > 0 else None
+    settings: dict[str, Any] = {"capacity": {"enabled": False}}  # the ramp measures what the model should predict
+    if interval > 0:
+        settings["lifecycle"] = {"health_interval_s": interval}
     async with bench.platform(f"density-{kind}", settings) as platform:
         await asyncio.sleep(2.0)
         rss0 = await asyncio.to_thread(platform.rss)
@@ -166,20 +172,48 @@ async def _ramp(bench: Bench, kind: str, maximum: int, step: int) -> SectionResu
 
         docker = await series(bench.progress, f"density {kind}: docker exec", docker_exec, samples, 0)
         bench.progress.say(f"density {kind}: removing {len(ramp.held)} sandboxes")
-    return _result(bench, kind, ramp, rss0, mem0, docker)
+    return _result(bench, kind, ramp, rss0, mem0, docker, model)
+
+
+def _untested(kind: str, reached: int, maximum: int) -> bool:
+    """Whether the ramp stopped at its maximum below the kind's target (a quick run): the density is not known."""
+    return maximum < TARGET[kind] and reached >= maximum
 
 
 def _target(kind: str, reached: int, *, maximum: int) -> Target:
     wanted = TARGET[kind]
-    if maximum < wanted and reached >= maximum:
+    if _untested(kind, reached, maximum):
         return Target(f"≥ {wanted} (ramp max {maximum})", None)
     return Target(f"≥ {wanted}", reached >= wanted)
 
 
-def _result(bench: Bench, kind: str, ramp: _Ramp, rss0: int, mem0: int, docker: list[float]) -> SectionResult:
+def model_row(kind: str, reached: int, model: int, *, maximum: int, stopped: str) -> Row:
+    """The density measured beside the capacity model's limit for the kind (their ratio measured / model)."""
+    bar = f"model within ±{TOLERANCE:.0%}"
+    if _untested(kind, reached, maximum):
+        target = Target(f"{bar} (ramp max {maximum})", None)
+    else:
+        target = Target(bar, within(reached, model))
+    return Row(
+        NAME,
+        f"idle {kind}s measured / capacity model's limit",
+        Value(reached, "sandboxes"),
+        Value(model, "sandboxes"),
+        "capacity model, default settings",
+        reached / model if model > 0 else None,
+        target,
+        note=describe_limit(reached, model, stopped),
+    )
+
+
+def _result(
+    bench: Bench, kind: str, ramp: _Ramp, rss0: int, mem0: int, docker: list[float], model: int
+) -> SectionResult:
     limit_ms = bench.options.density_p99_ms
     passed = [p for p in ramp.points if p.p99_s * 1000 <= limit_ms]
     reached = passed[-1].count if passed else 0
+    beside = model_row(kind, reached, model, maximum=ramp.maximum, stopped=ramp.stopped)
+    bench.progress.say(f"density {kind}: {beside.note}")
     rows = [
         Row(
             NAME,
@@ -187,7 +221,8 @@ def _result(bench: Bench, kind: str, ramp: _Ramp, rss0: int, mem0: int, docker: 
             Value(reached, "sandboxes"),
             target=_target(kind, reached, maximum=ramp.maximum),
             note=f"stopped: {ramp.stopped}",
-        )
+        ),
+        beside,
     ]
     last = ramp.points[-1] if ramp.points else None
     if last is not None:
@@ -205,6 +240,11 @@ def _result(bench: Bench, kind: str, ramp: _Ramp, rss0: int, mem0: int, docker: 
         "server_rss_start": rss0,
         "mem_available_start": mem0,
         "points": [asdict(p) for p in ramp.points],
+        "model": {
+            "limit": model,
+            "ratio": round(reached / model, 3) if model > 0 else None,
+            "within_tolerance": beside.target.met if beside.target else None,
+        },
     }
     return SectionResult(rows, details)
 
@@ -212,13 +252,14 @@ def _result(bench: Bench, kind: str, ramp: _Ramp, rss0: int, mem0: int, docker: 
 async def run(bench: Bench) -> SectionResult:
     o = bench.options
     rows: list[Row] = []
-    details: dict[str, Any] = {}
+    host = engine_host(await engine_info(bench.docker))
+    details: dict[str, Any] = {"host": asdict(host), "model_tolerance": TOLERANCE}
     for kind, maximum, step in (
         ("terminal", o.density_max_terminal, o.density_step_terminal),
         ("desktop", o.density_max_desktop, o.density_step_desktop),
     ):
         if maximum > 0:
-            result = await _ramp(bench, kind, maximum, step)
+            result = await _ramp(bench, kind, maximum, step, model_limit(host, kind))
             rows += result.rows
             details[kind] = result.details
     return SectionResult(rows, details)

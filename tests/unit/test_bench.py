@@ -42,7 +42,16 @@ def test_summary_and_ratios() -> None:
 
 
 @pytest.mark.parametrize(
-    ("seconds", "text"), [(0.00234, "2.34 ms"), (0.0234, "23.4 ms"), (0.234, "234 ms"), (2.345, "2.35 s")]
+    ("seconds", "text"),
+    [
+        (0.00000234, "2.34 µs"),
+        (0.0000166, "16.6 µs"),
+        (0.00012, "0.12 ms"),
+        (0.00234, "2.34 ms"),
+        (0.0234, "23.4 ms"),
+        (0.234, "234 ms"),
+        (2.345, "2.35 s"),
+    ],
 )
 def test_latency_format(seconds: float, text: str) -> None:
     assert format_latency(seconds) == text
@@ -50,6 +59,7 @@ def test_latency_format(seconds: float, text: str) -> None:
 
 def test_ratio_format() -> None:
     assert (format_ratio(None), format_ratio(9.87), format_ratio(123.4)) == ("", "9.9x", "123x")
+    assert (format_ratio(0.9376), format_ratio(0.03)) == ("0.94x", "0.03x")
 
 
 def _rows() -> list[Row]:
