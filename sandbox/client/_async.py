@@ -35,8 +35,9 @@ class AsyncClient:
     The channel opens on first use, in the running event loop, and belongs to that loop.
     """
 
-    def __init__(self, target: str = "127.0.0.1:50051", *, token: str | None = None, timeout: float = 120) -> None:
-        self.target = target
+    def __init__(self, target: str | None = None, *, token: str | None = None, timeout: float = 120) -> None:
+        """``target``: the control plane's gRPC address; SANDBOX_TARGET, else 127.0.0.1:50051, when None."""
+        self.target = _ops.target_or_default(target)
         self.timeout = timeout
         self._metadata = _ops.metadata(token)
         self.trajectories = AsyncTrajectories(self)

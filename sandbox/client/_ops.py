@@ -68,6 +68,16 @@ def metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
+DEFAULT_TARGET = "127.0.0.1:50051"
+"""Where ``make run`` serves gRPC."""
+
+
+def target_or_default(target: str | None) -> str:
+    """The address a client connects to: the one given, else SANDBOX_TARGET (as the CLI reads it), else
+    :data:`DEFAULT_TARGET`."""
+    return target or os.environ.get("SANDBOX_TARGET") or DEFAULT_TARGET
+
+
 def deadline(call: Call, timeout: float) -> float:
     return max(timeout, call.min_timeout)
 

@@ -31,14 +31,15 @@ T = TypeVar("T")
 class Client:
     """A connection to the control plane's gRPC API. Thread-safe; close it (or use ``with``) when done."""
 
-    def __init__(self, target: str = "127.0.0.1:50051", *, token: str | None = None, timeout: float = 120) -> None:
-        self.target = target
+    def __init__(self, target: str | None = None, *, token: str | None = None, timeout: float = 120) -> None:
+        """``target``: the control plane's gRPC address; SANDBOX_TARGET, else 127.0.0.1:50051, when None."""
+        self.target = _ops.target_or_default(target)
         self.timeout = timeout
         self._metadata = _ops.metadata(token)
         self.trajectories = Trajectories(self)
         """The recorded episodes this caller may see: ``client.trajectories.list(task_id=...)``, ``get``, ``frame``,
         ``media``, ``delete``."""
-        self._channel = grpc.insecure_channel(target, options=_ops.CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(self.target, options=_ops.CHANNEL_OPTIONS)
         self._stub = pb_grpc.SandboxServiceStub(self._channel)
 
     def _perform(self, effect: _ops.Effect) -> Any:

@@ -101,7 +101,15 @@ def test_constructors_match() -> None:
     assert params(Client.__init__) == params(AsyncClient.__init__)
     assert types(Client.__init__) == types(AsyncClient.__init__)
     assert [p[0] for p in params(Client.__init__)] == ["self", "target", "token", "timeout"]
-    assert inspect.signature(Client.__init__).parameters["target"].default == "127.0.0.1:50051"
+    assert inspect.signature(Client.__init__).parameters["target"].default is None
+
+
+def test_the_target_is_the_given_one_else_sandbox_target_else_make_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SANDBOX_TARGET", raising=False)
+    assert Client().target == AsyncClient().target == "127.0.0.1:50051"
+    monkeypatch.setenv("SANDBOX_TARGET", "127.0.0.1:6")
+    assert Client().target == AsyncClient().target == "127.0.0.1:6"
+    assert Client("127.0.0.1:7").target == "127.0.0.1:7"
     assert inspect.signature(Client.__init__).parameters["timeout"].default == 120
 
 
