@@ -44,6 +44,6 @@ async def test_health_reflection_livez_and_readyz_of_a_real_server(
                 assert (await http.get("/livez")).status_code == 200
                 ready = await http.get("/readyz")
                 assert ready.status_code == 200, ready.text
-                assert ready.json()["checks"] == {"store": "ok", "backend": "ok"}
+                assert ready.json()["checks"] == {"store": "ok", "backend": "ok", "engine": "ok", "memory": "ok"}
         finally:
             server.stop()
