@@ -253,7 +253,7 @@ class Scale:
         before = len(await self.backend.list_instances())
         latencies, infos, wall = await _timed_all([service.create(ALICE, WARM) for _ in range(self.claims)],
                                                   self.claims)  # fmt: skip
-        records = [await service._read(i.id) for i in infos]
+        records = [await service.records.read(i.id) for i in infos]
         from_pool = sum(1 for r in records if r is not None and r.instance in warm)
         after = len(await self.backend.list_instances())
         if from_pool != self.claims or after != before:
@@ -315,7 +315,7 @@ class Scale:
     async def _handled(self, service: SandboxService, hit: dict[str, str], count: bool = False) -> Any:
         marked = replaced = 0
         for sandbox_id, instance in hit.items():
-            record = await service._read(sandbox_id)
+            record = await service.records.read(sandbox_id)
             if record is not None and record.instance != instance and record.state is SandboxState.RUNNING:
                 replaced += 1
             elif record is not None and record.state is SandboxState.UNHEALTHY:

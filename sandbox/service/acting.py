@@ -1,7 +1,8 @@
-"""Acting in a sandbox: steps, observations, screenshots, commands, files, health, logs and tunnels.
+"""Acting in a sandbox: actions, observations, screenshots, commands, files, health, logs and tunnels.
 
-A call that finds the instance dead hands it to ``_dead``, which says why and recovers it when asked to;
-the caller gets a clear error either way.
+A call that finds the instance dead hands it to ``Failures.dead``, which says why and recovers it when asked to;
+the caller gets a clear error either way. A step is the facade's (``SandboxService.step``): it asks ``Episodes`` what
+an action does and this part to do it (``act``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sandbox.agent_client import AgentClient, PortClosed
-from sandbox.backends.base import probe_health
+from sandbox.backends.base import Backend, probe_health
 from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sandbox.models import (
     COMPUTER_ACTIONS,
@@ -31,10 +32,11 @@ from sandbox.models import (
     Screenshot,
 )
 from sandbox.models_android import ANDROID_ACTIONS, ANDROID_REFUSED
+from sandbox.observability.metrics import Metrics
+from sandbox.service.activity import Activity
 from sandbox.service.auth import Principal
-from sandbox.service.core import ms_since, require_display, require_kind, timed
-from sandbox.service.failures import reason
-from sandbox.service.leases import LeaseOps
+from sandbox.service.core import Records, ms_since, require_display, require_kind, timed
+from sandbox.service.failures import Failures, reason
 from sandbox.service.pages import act_on_page, step_screenshot
 from sandbox.service.records import SandboxRecord
 
@@ -45,22 +47,24 @@ TOUCH_EVERY_S = 1.0
 """last_active_at is written at most this often per sandbox (it only feeds the idle timeout)."""
 
 
-class ActingOps(LeaseOps):
-    @timed("step")
-    async def step(
-        self, principal: Principal, sandbox_id: str, action: Action, *, screenshot: bool = False
-    ) -> Observation:
-        record = await self._find(principal, sandbox_id)
-        return await self._act(record, [action], screenshot=screenshot, shown=action)
+class Acting:
+    def __init__(
+        self, *, backend: Backend, records: Records, failures: Failures, activity: Activity, metrics: Metrics
+    ) -> None:
+        self.backend = backend
+        self.records = records
+        self.failures = failures
+        self.activity = activity
+        self.metrics = metrics
 
-    async def _act(
+    async def act(
         self, record: SandboxRecord, actions: Sequence[Action], *, screenshot: bool, shown: Action
     ) -> Observation:
         """Do ``actions`` in order, then take a screenshot if asked; ``shown`` is the action the caller sent (what
         the recent actions list)."""
         for action in actions:  # all checked before any is done
             check_kind(record, action)
-        agent = self._agent(record)
+        agent = self.records.agent(record)
         started = time.perf_counter()
         obs: dict[str, Any] = {}
         try:
@@ -73,9 +77,9 @@ class ActingOps(LeaseOps):
                 obs["screenshot"] = await step_screenshot(agent, shown, obs)
                 timings["screenshot"] = ms_since(shot_started)
         except Unavailable as e:
-            raise await self._dead(record, e) from e
+            raise await self.failures.dead(record, e) from e
         await self._touch(record)
-        self._recent.setdefault(record.id, deque(maxlen=RECENT_ACTIONS)).append(
+        self.activity.recent.setdefault(record.id, deque(maxlen=RECENT_ACTIONS)).append(
             {"at": time.time(), "action": shown.model_dump(mode="json")}
         )
         return Observation(**obs, timings_ms={**timings, "total": ms_since(started)})
@@ -88,7 +92,7 @@ class ActingOps(LeaseOps):
             return {"cursor": tuple(result["cursor"])} if "cursor" in result else {}
         if isinstance(action, Exec):
             ran = await _exec(agent, action)
-            self.output.add(record.id, action.cmd, ran)
+            self.activity.output.add(record.id, action.cmd, ran)
             return {"exec": ran}
         if isinstance(action, Navigate):
             require_kind(record, SandboxKind.BROWSER, "navigate")
@@ -107,8 +111,8 @@ class ActingOps(LeaseOps):
     async def observe(
         self, principal: Principal, sandbox_id: str, *, format: str = "png", quality: int = 80
     ) -> Observation:
-        record = await self._find(principal, sandbox_id)
-        agent = self._agent(record)
+        record = await self.records.find(principal, sandbox_id)
+        agent = self.records.agent(record)
         started = time.perf_counter()
         obs: dict[str, Any] = {}
         try:
@@ -118,7 +122,7 @@ class ActingOps(LeaseOps):
                 page = await agent.browser_info()
                 obs.update(url=page.get("url"), title=page.get("title"))
         except Unavailable as e:
-            raise await self._dead(record, e) from e
+            raise await self.failures.dead(record, e) from e
         await self._touch(record)
         return Observation(**obs, timings_ms={"total": ms_since(started)})
 
@@ -126,21 +130,21 @@ class ActingOps(LeaseOps):
     async def screenshot(
         self, principal: Principal, sandbox_id: str, *, format: str = "png", quality: int = 80
     ) -> Screenshot:
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         require_display(record)
         try:
-            return await self._agent(record).screenshot(format=format, quality=quality)
+            return await self.records.agent(record).screenshot(format=format, quality=quality)
         except Unavailable as e:
-            raise await self._dead(record, e) from e
+            raise await self.failures.dead(record, e) from e
 
     @timed("exec")
     async def exec(self, principal: Principal, sandbox_id: str, request: Exec) -> ExecResult:
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         try:
-            result = await _exec(self._agent(record), request)
+            result = await _exec(self.records.agent(record), request)
         except Unavailable as e:
-            raise await self._dead(record, e) from e
-        self.output.add(record.id, request.cmd, result)
+            raise await self.failures.dead(record, e) from e
+        self.activity.output.add(record.id, request.cmd, result)
         await self._touch(record)
         return result
 
@@ -173,15 +177,15 @@ class ActingOps(LeaseOps):
 
     @timed("health")
     async def health(self, principal: Principal, sandbox_id: str) -> Health:
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         health = await probe_health(self.backend, record.instance)
         if not health.ok:
-            await self.mark_failed(record, reason(health), cause="probe_failed")
+            await self.failures.mark_failed(record, reason(health), cause="probe_failed")
         return health
 
     @timed("logs")
     async def logs(self, principal: Principal, sandbox_id: str, *, tail: int = 200) -> str:
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         return await self.backend.logs(record.instance, tail=tail)
 
     async def open_tunnel(
@@ -200,15 +204,15 @@ class ActingOps(LeaseOps):
         (VNC, DevTools, the agent), which the agent refuses. Nothing listening is :class:`PortClosed`, which says
         nothing about the sandbox's health; each call counts as activity for the idle timeout."""
         check_user_port(port)
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         try:
-            conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] = await self._agent(record).open_tunnel(
+            conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] = await self.records.agent(record).open_tunnel(
                 port, user=True
             )
         except PortClosed:
             raise
         except Unavailable as e:
-            raise await self._dead(record, e) from e
+            raise await self.failures.dead(record, e) from e
         await self._touch(record)
         return conn
 
@@ -219,38 +223,38 @@ class ActingOps(LeaseOps):
         if touch:
             found: list[dict[str, Any]] = await self._call(principal, sandbox_id, "ports")
             return found
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         try:
-            return await self._agent(record).ports()
+            return await self.records.agent(record).ports()
         except Unavailable as e:
-            raise await self._dead(record, e) from e
+            raise await self.failures.dead(record, e) from e
 
     async def recent_actions(self, principal: Principal, sandbox_id: str) -> list[dict[str, Any]]:
-        await self._find(principal, sandbox_id)
-        return list(self._recent.get(sandbox_id, ()))
+        await self.records.find(principal, sandbox_id)
+        return list(self.activity.recent.get(sandbox_id, ()))
 
     async def output_tail(self, principal: Principal, sandbox_id: str, *, lines: int = 200) -> list[str]:
         """The last ``lines`` lines its commands printed through this control plane (``service.output_tail``)."""
-        await self._find(principal, sandbox_id)
-        return self.output.tail(sandbox_id, lines)
+        await self.records.find(principal, sandbox_id)
+        return self.activity.output.tail(sandbox_id, lines)
 
     # ------------------------------------------------------------------ helpers
 
     async def _call(self, principal: Principal, sandbox_id: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         try:
-            result = await getattr(self._agent(record), method)(*args, **kwargs)
+            result = await getattr(self.records.agent(record), method)(*args, **kwargs)
         except Unavailable as e:
-            raise await self._dead(record, e) from e
+            raise await self.failures.dead(record, e) from e
         await self._touch(record)
         return result
 
     async def _touch(self, record: SandboxRecord) -> None:
         """Note activity (for the idle timeout) on the instance the call went to, if it still serves the sandbox."""
         now = time.time()
-        if now - self._touched.get(record.id, 0.0) < TOUCH_EVERY_S:
+        if now - self.activity.touched.get(record.id, 0.0) < TOUCH_EVERY_S:
             return
-        self._touched[record.id] = now
+        self.activity.touched[record.id] = now
 
         def active(fresh: SandboxRecord) -> bool:
             if fresh.instance != record.instance or fresh.state is not SandboxState.RUNNING:
@@ -258,7 +262,7 @@ class ActingOps(LeaseOps):
             fresh.last_active_at = now
             return True
 
-        await self._update(record.id, active, durable=False)
+        await self.records.update(record.id, active, durable=False)
 
 
 def check_kind(record: SandboxRecord, action: Action) -> None:

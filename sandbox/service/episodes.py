@@ -8,7 +8,9 @@
                       swap too (``split_setup``). A backend that cannot snapshot runs the whole setup every time.
                       Snapshots nobody used lately are removed by the leader (``task_snapshots``).
     step(action)      counted; the episode ends on DONE or FAIL, at the step limit or the time limit (truncated);
-                      a step after the end is refused until the next reset
+                      a step after the end is refused until the next reset. The step is the facade's
+                      (``SandboxService.step``): it asks ``advance`` here in an episode, else ``primitives`` what the
+                      action does and ``Acting.act`` to do it.
     evaluate()        the task's evaluator: the reward in [0, 1], kept on the episode
 
 The episode lives on the sandbox's record in the store (``SandboxRecord.episode``), written by compare-and-set, so
@@ -19,10 +21,11 @@ any replica serves the next step; the task (and the fixtures it came with) is ke
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Mapping
-from typing import Any, overload
+from typing import Any
 
 from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sandbox.models import (
@@ -37,8 +40,13 @@ from sandbox.models import (
     SandboxSpec,
     Wait,
 )
+from sandbox.observability.metrics import Metrics
+from sandbox.service.acting import Acting
 from sandbox.service.auth import Principal
-from sandbox.service.core import _ids, ms_since, timed
+from sandbox.service.core import Records, _ids, ms_since, timed
+from sandbox.service.failures import Failures
+from sandbox.service.leases import Leases
+from sandbox.service.provisioning import Provisioner
 from sandbox.service.records import EpisodeRecord, SandboxRecord
 from sandbox.service.task_config import (
     MAX_SENT_FIXTURE_BYTES,
@@ -48,26 +56,44 @@ from sandbox.service.task_config import (
     task_snapshot_name,
 )
 from sandbox.service.task_runtime import AgentRuntime
-from sandbox.service.task_snapshots import TaskSnapshotOps
+from sandbox.service.task_snapshots import TaskSnapshots
 from sandbox.service.task_store import keep_task, kept_task
+from sandbox.service.trajectory_ops import Recorder
+from sandbox.store import Store
 from sandbox.tasks.model import SetupStep, Task, TaskError
 from sandbox.tasks.runtime import Fixtures
 from sandbox.tasks.setup import run_steps
-from sandbox.trajectories import TrajectoryStore
 
 
-class EpisodeOps(TaskSnapshotOps):
+class Episodes:
     def __init__(
         self,
-        *args: Any,
-        tasks: TaskSettings | None = None,
-        trajectories: TrajectoryStore | None = None,
-        **kwargs: Any,
+        *,
+        store: Store,
+        records: Records,
+        provisioner: Provisioner,
+        leases: Leases,
+        acting: Acting,
+        failures: Failures,
+        recorder: Recorder,
+        task_snapshots: TaskSnapshots,
+        settings: TaskSettings,
+        metrics: Metrics,
+        logger: logging.Logger,
     ) -> None:
-        super().__init__(*args, **kwargs)
-        self.task_settings = tasks or TaskSettings()
-        self.fixtures = self.task_settings.fixtures()
-        self.trajectories = trajectories
+        self.store = store
+        self.records = records
+        self.provisioner = provisioner
+        self.leases = leases
+        self.acting = acting
+        self.failures = failures
+        self.recorder = recorder
+        self.task_snapshots = task_snapshots
+        self.settings = settings
+        """The ``tasks`` server settings: the fixtures, the sandbox user's password."""
+        self.metrics = metrics
+        self._log = logger
+        self.fixtures = settings.fixtures()
         self.setups_run = 0
         """Task setups this replica ran up to their snapshot (a reset that swapped the snapshot in runs none)."""
         self.task_snapshots_taken = 0
@@ -91,29 +117,6 @@ class EpisodeOps(TaskSnapshotOps):
 
     # ------------------------------------------------------------------ reset
 
-    @overload
-    async def reset(self, principal: Principal, sandbox_id: str, *, snapshot: str | None = None) -> SandboxInfo: ...
-
-    @overload
-    async def reset(
-        self, principal: Principal, sandbox_id: str, *, snapshot: str | None = None, task: Task
-    ) -> Observation: ...
-
-    async def reset(
-        self, principal: Principal, sandbox_id: str, *, snapshot: str | None = None, task: Task | None = None
-    ) -> SandboxInfo | Observation:
-        """Without ``task``: back to the initial state (``LeaseOps.reset``), ending any episode. With one: the
-        start of an episode of it, and its first observation (see :meth:`reset_to_task`)."""
-        if task is None:
-            before = await self._find(principal, sandbox_id)
-            await self._end_recording(before)
-            info = await super().reset(principal, sandbox_id, snapshot=snapshot)
-            await self._abandon(before)
-            return info
-        if snapshot is not None:
-            raise InvalidArgument("reset to a task or to a snapshot, not both")
-        return (await self.reset_to_task(principal, sandbox_id, task))[1]
-
     async def reset_to_task(
         self, principal: Principal, sandbox_id: str, task: Task, *, record_screen: bool = False
     ) -> tuple[SandboxInfo, Observation]:
@@ -130,14 +133,14 @@ class EpisodeOps(TaskSnapshotOps):
         problems = task.problems()
         if problems:
             raise TaskError(f"task {task.id!r} cannot run here: {'; '.join(problems)}", problems)
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         if task.sandbox.kind is not record.spec.kind:
             raise FailedPrecondition(
                 f"task {task.id!r} runs in a {task.sandbox.kind.value} sandbox; {sandbox_id} is "
                 f"{record.spec.kind.value}: create a {task.sandbox.kind.value} sandbox for it"
             )
         if record_screen:
-            self._check_recording(record)
+            self.recorder.check_recording(record)
         fixtures = task.fixtures or self.fixtures
         kept, live = split_setup(task)
         digest = task.digest(fixtures)
@@ -156,15 +159,15 @@ class EpisodeOps(TaskSnapshotOps):
         )
         timings: dict[str, float] = {}
         before = record
-        await self._end_recording(before)  # before the emulator's reset loses it
-        swapped = name is not None and await self._use_task_snapshot(principal.tenant, name)
+        await self.recorder.end_recording(before)  # before the emulator's reset loses it
+        swapped = name is not None and await self.task_snapshots.mark_used(principal.tenant, name)
         lock = None
         try:
             if name is not None and not swapped:  # the first reset rule: see task_snapshots
-                lock = await self._lock_task_snapshot(principal.tenant, name, record)
+                lock = await self.task_snapshots.lock(principal.tenant, name, record)
                 # Under the lock, look again: one taken under a lock released since the first look is swapped in.
-                swapped = lock is not None and await self._use_task_snapshot(principal.tenant, name)
-            updated = await self._reset_onto(
+                swapped = lock is not None and await self.task_snapshots.mark_used(principal.tenant, name)
+            updated = await self.leases.reset_onto(
                 principal, sandbox_id, base.model_copy(update={"snapshot": name}) if swapped else base
             )
             timings["swap"] = ms_since(started)
@@ -174,7 +177,9 @@ class EpisodeOps(TaskSnapshotOps):
                 self.setups_run += 1
                 await self._run_steps(updated, kept, fixtures, where="config")
                 if lock is not None and name is not None:  # else another reset takes it, or none can be taken
-                    self.task_snapshots_taken += await self._snapshot_task(principal.tenant, updated, name, lock)
+                    self.task_snapshots_taken += await self.task_snapshots.snapshot_task(
+                        principal.tenant, updated, name, lock
+                    )
         finally:
             if lock is not None:
                 await lock.release()
@@ -184,20 +189,20 @@ class EpisodeOps(TaskSnapshotOps):
         if ran:
             timings["setup"] = ms_since(setup_started)
         episode = episode.model_copy(update={"started_at": time.time()})  # the clock starts when the agent can act
-        since, warnings = await self._start_recording(updated) if record_screen else (None, [])
+        since, warnings = await self.recorder.start_recording(updated) if record_screen else (None, [])
         episode = episode.model_copy(update={"recording_since": since})
         updated = await self._begin(updated, episode)
-        await self._abandon(before)
+        await self.abandon(before)
         obs = await self._first_observation(updated)
-        image = await self._image(principal, updated.spec)
-        await self._start_trajectory(updated, episode, image, warnings=warnings)
+        image = await self.provisioner.image(principal, updated.spec)
+        await self.recorder.start_trajectory(updated, episode, image, warnings=warnings)
         info = {**episode.summary(), "setup_ran": ran > 0, "setup_steps": ran, "snapshot": name if swapped else None}
         if record_screen:
             info["recording"] = since is not None
         obs = obs.model_copy(
             update={"info": info, "timings_ms": {**timings, **obs.timings_ms, "total": ms_since(started)}}
         )
-        await self._record_step(updated, episode, 0, None, obs)
+        await self.recorder.record_step(updated, episode, 0, None, obs)
         self._log.info(
             "sandbox %s reset to task %s (%s, %d setup steps run, %.0f ms)",
             sandbox_id,
@@ -212,11 +217,11 @@ class EpisodeOps(TaskSnapshotOps):
     async def _run_steps(
         self, record: SandboxRecord, steps: list[SetupStep], fixtures: Fixtures, *, where: str
     ) -> None:
-        runtime = AgentRuntime(self._agent(record), record.spec)
+        runtime = AgentRuntime(self.records.agent(record), record.spec)
         try:
-            await run_steps(steps, runtime, fixtures, password=self.task_settings.password, where=where)
+            await run_steps(steps, runtime, fixtures, password=self.settings.password, where=where)
         except Unavailable as e:
-            raise await self._dead(record, e) from e
+            raise await self.failures.dead(record, e) from e
 
     async def _begin(self, record: SandboxRecord, episode: EpisodeRecord) -> SandboxRecord:
         """Write ``episode`` onto the record, if the instance ``record`` names still serves the sandbox."""
@@ -228,19 +233,19 @@ class EpisodeOps(TaskSnapshotOps):
             fresh.episode = episode
             return True
 
-        updated = await self._update(record.id, begin)
+        updated = await self.records.update(record.id, begin)
         if updated is None:
             raise Unavailable(f"sandbox {record.id} was reset or recovered while its task was set up; reset it again")
         return updated
 
-    async def _abandon(self, record: SandboxRecord) -> None:
+    async def abandon(self, record: SandboxRecord) -> None:
         """A reset replaced the episode ``record`` ran: its trajectory ends there, unfinished."""
         episode = record.episode
         if episode is not None and not episode.done:
-            await self._note_trajectory(record, episode, {"ended_at": time.time(), "reason": "reset"})
+            await self.recorder.note_trajectory(record, episode, {"ended_at": time.time(), "reason": "reset"})
 
     async def _first_observation(self, record: SandboxRecord) -> Observation:
-        agent = self._agent(record)
+        agent = self.records.agent(record)
         obs: dict[str, Any] = {}
         shot_started = time.perf_counter()
         try:
@@ -250,28 +255,29 @@ class EpisodeOps(TaskSnapshotOps):
                 page = await agent.browser_info()
                 obs.update(url=page.get("url"), title=page.get("title"))
         except Unavailable as e:
-            raise await self._dead(record, e) from e
+            raise await self.failures.dead(record, e) from e
         return Observation(**obs, timings_ms={"observe": ms_since(shot_started)})
 
     # ------------------------------------------------------------------ step
 
-    @timed("step")
-    async def step(
-        self, principal: Principal, sandbox_id: str, action: Action, *, screenshot: bool = False
+    def primitives(self, record: SandboxRecord, action: Action) -> list[Action]:
+        """What ``action`` does in a sandbox that runs no episode, as primitive actions (pyautogui code translated);
+        DONE and FAIL are refused, having no episode to end."""
+        if isinstance(action, Done | Fail):
+            raise FailedPrecondition(
+                f"{action.type} ends an episode, and sandbox {record.id} runs none: reset it to a task first"
+            )
+        primitives, _ = self._plan(record, action)
+        return primitives
+
+    async def advance(
+        self, record: SandboxRecord, episode: EpisodeRecord, action: Action, *, screenshot: bool
     ) -> Observation:
-        """One action. In an episode: counted, recorded, and the episode's end reported (``done``, ``info``)."""
-        record = await self._find(principal, sandbox_id)
-        episode = record.episode
-        if episode is None:
-            if isinstance(action, Done | Fail):
-                raise FailedPrecondition(
-                    f"{action.type} ends an episode, and sandbox {sandbox_id} runs none: reset it to a task first"
-                )
-            primitives, _ = self._plan(record, action)
-            return await self._act(record, primitives, screenshot=screenshot, shown=action)
+        """One step of the episode ``record`` runs: done (``Acting.act``), counted, recorded, and the episode's end
+        reported (``done``, ``info``); refused once the episode has ended."""
         if episode.done:
             raise FailedPrecondition(
-                f"the episode of task {episode.task_id!r} on sandbox {sandbox_id} ended ({episode.reason}); "
+                f"the episode of task {episode.task_id!r} on sandbox {record.id} ended ({episode.reason}); "
                 "reset the sandbox to a task to start another"
             )
         return await self._episode_step(record, episode, action, screenshot=screenshot)
@@ -302,7 +308,7 @@ class EpisodeOps(TaskSnapshotOps):
         over_time = episode.max_seconds is not None and started - episode.started_at >= episode.max_seconds
         if over_time:  # the time ran out before this action: it is not done
             primitives, ending = [], None
-        obs = await self._act(record, primitives, screenshot=screenshot, shown=action)
+        obs = await self.acting.act(record, primitives, screenshot=screenshot, shown=action)
         last = ending or _last_action(action)
         trajectory = episode.trajectory_id
 
@@ -325,7 +331,7 @@ class EpisodeOps(TaskSnapshotOps):
                 current.ended_at = now
             return True
 
-        updated = await self._update(record.id, advance, durable=ending is not None or over_time)
+        updated = await self.records.update(record.id, advance, durable=ending is not None or over_time)
         if updated is None or updated.episode is None:
             raise FailedPrecondition(
                 f"the episode of task {episode.task_id!r} on sandbox {record.id} ended or was replaced while this "
@@ -338,8 +344,8 @@ class EpisodeOps(TaskSnapshotOps):
             changes.update(
                 done=True, truncated=now_episode.truncated, reason=now_episode.reason, ended_at=now_episode.ended_at
             )
-        await self._record_step(updated, now_episode, now_episode.steps, action, obs, changes=changes)
-        await self._recording_after_step(updated, now_episode)
+        await self.recorder.record_step(updated, now_episode, now_episode.steps, action, obs, changes=changes)
+        await self.recorder.recording_after_step(updated, now_episode)
         return obs
 
     # ------------------------------------------------------------------ evaluate
@@ -347,7 +353,7 @@ class EpisodeOps(TaskSnapshotOps):
     @timed("evaluate")
     async def evaluate(self, principal: Principal, sandbox_id: str) -> float:
         """Score the sandbox's episode with its task's evaluator: the reward in [0, 1], kept on the episode."""
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         episode = record.episode
         if episode is None:
             raise FailedPrecondition(f"sandbox {sandbox_id} runs no episode: reset it to a task, then evaluate")
@@ -356,14 +362,14 @@ class EpisodeOps(TaskSnapshotOps):
             raise FailedPrecondition(f"the task of sandbox {sandbox_id}'s episode is gone; reset it to the task again")
         from sandbox.tasks.evaluate import evaluate as evaluate_task
 
-        runtime = AgentRuntime(self._agent(record), record.spec)
+        runtime = AgentRuntime(self.records.agent(record), record.spec)
         try:
             last = episode.last_action if episode.last_action in ("DONE", "FAIL", "WAIT") else None
             result = await evaluate_task(
-                task, runtime, task.fixtures or self.fixtures, last_action=last, password=self.task_settings.password
+                task, runtime, task.fixtures or self.fixtures, last_action=last, password=self.settings.password
             )
         except Unavailable as e:
-            raise await self._dead(record, e) from e
+            raise await self.failures.dead(record, e) from e
         reward = min(1.0, max(0.0, float(result.reward)))
         trajectory = episode.trajectory_id
 
@@ -373,8 +379,8 @@ class EpisodeOps(TaskSnapshotOps):
             fresh.episode.reward = reward
             return True
 
-        await self._update(record.id, score)
-        await self._note_trajectory(record, episode, {"reward": reward})
+        await self.records.update(record.id, score)
+        await self.recorder.note_trajectory(record, episode, {"reward": reward})
         self._log.info(
             "sandbox %s: task %s scored %g%s",
             sandbox_id,

@@ -6,13 +6,20 @@ recovery has meanwhile swapped out, or of a sandbox deleted meanwhile, changes n
 
 from __future__ import annotations
 
-from sandbox.backends.base import RuntimeState, probe_health
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from sandbox.backends.base import Backend, RuntimeState, probe_health
 from sandbox.errors import FailedPrecondition, SandboxError, Unavailable
-from sandbox.models import Health, SandboxKind, SandboxState
-from sandbox.observability.metrics import FailureCause
+from sandbox.models import Health, SandboxState
+from sandbox.observability.metrics import FailureCause, Metrics
 from sandbox.service.auth import Principal
-from sandbox.service.core import ServiceCore, _ids
-from sandbox.service.records import SANDBOXES, LeaseEnd, SandboxRecord, kind_and_state
+from sandbox.service.core import Records, _ids
+from sandbox.service.instances import Instances
+from sandbox.service.provisioning import Provisioner
+from sandbox.service.records import LeaseEnd, SandboxRecord
 
 
 def reason(health: Health) -> str:
@@ -20,12 +27,31 @@ def reason(health: Health) -> str:
     return "; ".join(f"{name}: {detail}" for name, detail in health.failures.items()) or "unhealthy"
 
 
-class FailureOps(ServiceCore):
+class Failures:
+    def __init__(
+        self,
+        *,
+        backend: Backend,
+        records: Records,
+        provisioner: Provisioner,
+        instances: Instances,
+        metrics: Metrics,
+        logger: logging.Logger,
+    ) -> None:
+        self.backend = backend
+        self.records = records
+        self.provisioner = provisioner
+        self.instances = instances
+        self.metrics = metrics
+        self._log = logger
+        self.events: deque[dict[str, Any]] = deque(maxlen=1000)
+        """What happened to sandboxes lately (failed, restarted, replaced, expired), newest last."""
+
     async def mark_failed(self, record: SandboxRecord, why: str, *, cause: FailureCause) -> None:
         """The instance ``record`` names failed: say so, and recover it when its client asked for auto_recover.
         A failure seen on an instance that is no longer the sandbox's (a reset, a recovery, a delete or an expiry
         came first while the caller probed it) is nobody's news: no event, no metric, no change."""
-        fresh = await self._read(record.id)
+        fresh = await self.records.read(record.id)
         if fresh is None or fresh.instance != record.instance or fresh.state is SandboxState.EXPIRED:
             return
         self.metrics.health_failure(record.spec.kind, cause)
@@ -44,23 +70,23 @@ class FailureOps(ServiceCore):
             fresh.state, fresh.error = SandboxState.UNHEALTHY, why
             return True
 
-        await self._update(record.id, unhealthy)
+        await self.records.update(record.id, unhealthy)
 
     async def recover(self, sandbox_id: str, failed: str, why: str) -> None:
         """Bring a sandbox whose instance ``failed`` back: a stopped container is started again in place, with its
         files; otherwise (or when that fails) a fresh instance of its spec or snapshot is swapped in."""
-        async with self._exclusive(sandbox_id):
-            record = await self._read(sandbox_id)
+        async with self.records.exclusive(sandbox_id):
+            record = await self.records.read(sandbox_id)
             if record is None or record.instance != failed or record.state is SandboxState.EXPIRED:
                 return  # deleted, expired or already recovered meanwhile
             if await self._restarted_in_place(record, why):
                 return
-            image = await self._image(Principal(record.tenant), record.spec)
+            image = await self.provisioner.image(Principal(record.tenant), record.spec)
             try:
-                instance = await self._provision(record.spec, image, sandbox_id, record.tenant)
+                instance = await self.provisioner.provision(record.spec, image, sandbox_id, record.tenant)
             except SandboxError as e:
                 message = f"{why}; replacement failed: {e.message}"
-                await self._update(sandbox_id, lambda r: _set_unhealthy(r, failed, message))
+                await self.records.update(sandbox_id, lambda r: _set_unhealthy(r, failed, message))
                 raise
 
             def swap(fresh: SandboxRecord) -> bool:
@@ -70,11 +96,11 @@ class FailureOps(ServiceCore):
                 fresh.replacements += 1
                 return True
 
-            updated = await self._update(sandbox_id, swap)
+            updated = await self.records.update(sandbox_id, swap)
         if updated is None:  # deleted while the replacement started
             self.instances.retire_later(instance)
             return
-        await self._publish_claim(updated)
+        await self.records.publish_claim(updated)
         self.instances.retire_later(failed)
         self.metrics.replaced(updated.spec.kind)
         self._event("sandbox_replaced", updated, reason=why, old_instance=failed, files_kept=False)
@@ -100,7 +126,7 @@ class FailureOps(ServiceCore):
             fresh.state, fresh.error, fresh.replacements = SandboxState.RUNNING, None, fresh.replacements + 1
             return True
 
-        updated = await self._update(record.id, running)
+        updated = await self.records.update(record.id, running)
         if updated is not None:
             self.metrics.restarted(updated.spec.kind)
             self._event("sandbox_restarted", updated, reason=why, files_kept=True)
@@ -108,7 +134,7 @@ class FailureOps(ServiceCore):
 
     async def expire(self, record: SandboxRecord, ended: LeaseEnd) -> None:
         """End a lease: the instance goes; the record stays as a tombstone that explains why."""
-        async with self._exclusive(record.id):
+        async with self.records.exclusive(record.id):
 
             def tombstone(fresh: SandboxRecord) -> bool:
                 renewed = fresh.expires_at != record.expires_at
@@ -118,14 +144,14 @@ class FailureOps(ServiceCore):
                 fresh.state, fresh.error = SandboxState.EXPIRED, f"expired because {ended.why}"
                 return True
 
-            expired = await self._update(record.id, tombstone)
+            expired = await self.records.update(record.id, tombstone)
             if expired is None:
                 return
             self.instances.retire_later(expired.instance)
         self.metrics.expired(expired.spec.kind, ended.cause)
         self._event("sandbox_expired", expired, reason=ended.why)
 
-    async def _dead(self, record: SandboxRecord, cause: Unavailable) -> SandboxError:
+    async def dead(self, record: SandboxRecord, cause: Unavailable) -> SandboxError:
         """Why a sandbox stopped answering, as the error its caller should see."""
         state = await self.backend.inspect(record.instance)
         failure: FailureCause
@@ -145,16 +171,10 @@ class FailureOps(ServiceCore):
             return Unavailable(f"sandbox {record.id} failed ({why}) and was recovered; retry the call")
         return FailedPrecondition(f"sandbox {record.id} is not usable: {why}")
 
-    async def refresh_metrics(self) -> None:
-        """Read the fleet's gauges (sandboxes by kind and state, pool sizes) from the store, before a scrape."""
-        counts: dict[tuple[SandboxKind, SandboxState], int] = {}
-        for doc in (await self.store.all(SANDBOXES)).values():
-            key = kind_and_state(doc)
-            if key is not None:
-                counts[key] = counts.get(key, 0) + 1
-        self.metrics.set_fleet(counts, await self.pools.stats())
-        uses, tenants = self.admission.gauges()
-        self.metrics.set_capacity(uses, tenants, len(self.admission.queue))
+    def _event(self, kind: str, record: SandboxRecord, **details: Any) -> None:
+        event = {"at": time.time(), "event": kind, "sandbox_id": record.id, "tenant": record.tenant, **details}
+        self.events.append(event)
+        self._log.warning("%s: %s", kind, details, extra={**_ids(record), "event": kind})
 
 
 def _set_unhealthy(record: SandboxRecord, failed: str, message: str) -> bool:

@@ -1,20 +1,24 @@
-"""Leases: create, get, list, delete, renew and reset sandboxes."""
+"""Leases: create, get, list, delete, renew and reset sandboxes; the fleet's gauges."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 
-from sandbox.capacity.admission import Grant
-from sandbox.capacity.report import CapacityReport, WaitingCall
+from sandbox.capacity.admission import Admission, Grant
 from sandbox.errors import InvalidArgument, SandboxError
 from sandbox.models import GROUP_MAX, MAX_LEASE_S, SandboxInfo, SandboxKind, SandboxSpec, SandboxState
-from sandbox.observability.metrics import note_kind
+from sandbox.observability.metrics import Metrics, note_kind
+from sandbox.service.activity import Activity
 from sandbox.service.auth import Principal
-from sandbox.service.core import _ids, timed
-from sandbox.service.failures import FailureOps
-from sandbox.service.records import SANDBOXES, EpisodeRecord, SandboxRecord, new_sandbox_id
+from sandbox.service.core import Records, _ids, timed
+from sandbox.service.instances import Instances
+from sandbox.service.pools import Pools
+from sandbox.service.provisioning import Provisioner
+from sandbox.service.records import SANDBOXES, EpisodeRecord, SandboxRecord, kind_and_state, new_sandbox_id
+from sandbox.store import Store
 
 EMULATOR_RESET_S = 330.0
 """An android reset in place: the agent's snapshot load and boot wait (300 s at most), and some slack."""
@@ -22,13 +26,38 @@ CLEAR_WORKSPACE = 'case "$PWD" in */workspace) find . -mindepth 1 -delete;; esac
 """Empties the agent's working directory, which is the workspace (and nothing else, whatever happens)."""
 
 
-class LeaseOps(FailureOps):
+class Leases:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        records: Records,
+        provisioner: Provisioner,
+        admission: Admission,
+        instances: Instances,
+        pools: Pools,
+        activity: Activity,
+        metrics: Metrics,
+        logger: logging.Logger,
+    ) -> None:
+        self.store = store
+        self.records = records
+        self.provisioner = provisioner
+        self.admission = admission
+        self.instances = instances
+        self.pools = pools
+        self.activity = activity
+        self.metrics = metrics
+        self._log = logger
+        self._undoing: set[asyncio.Task[None]] = set()
+        """Deletions of the sandboxes of a cancelled ``create_group``, still running."""
+
     @timed("create")
     async def create(self, principal: Principal, spec: SandboxSpec, *, wait_s: float = 0.0) -> SandboxInfo:
         """A new sandbox, admitted first (``CapacityExhausted`` when the host or the tenant's quota cannot hold it;
         with ``wait_s``, queued that long for capacity instead)."""
         note_kind(spec.kind)
-        image = await self._image(principal, spec)
+        image = await self.provisioner.image(principal, spec)
         grant = await self.admission.admit(principal.tenant, spec, admin=principal.admin, wait_s=wait_s)
         try:
             return await self._create(principal, spec, image, grant)
@@ -37,7 +66,7 @@ class LeaseOps(FailureOps):
 
     async def _create(self, principal: Principal, spec: SandboxSpec, image: str, grant: Grant) -> SandboxInfo:
         sandbox_id = new_sandbox_id(spec.kind)
-        instance = await self._provision(spec, image, sandbox_id, principal.tenant, grant=grant)
+        instance = await self.provisioner.provision(spec, image, sandbox_id, principal.tenant, grant=grant)
         now = time.time()
         record = SandboxRecord(
             id=sandbox_id,
@@ -50,11 +79,11 @@ class LeaseOps(FailureOps):
             expires_at=now + spec.ttl_s,
         )
         try:
-            await self._insert(record)
+            await self.records.insert(record)
         except BaseException:
             self.instances.retire_later(instance)
             raise
-        await self._publish_claim(record)
+        await self.records.publish_claim(record)
         self._log.info("created sandbox %s on %s", sandbox_id, instance, extra=_ids(record))
         return record.info()
 
@@ -69,7 +98,7 @@ class LeaseOps(FailureOps):
         if not 1 <= count <= GROUP_MAX:
             raise InvalidArgument(f"count must be 1 to {GROUP_MAX}, not {count}")
         note_kind(spec.kind)
-        image = await self._image(principal, spec)
+        image = await self.provisioner.image(principal, spec)
         grant = await self.admission.admit(principal.tenant, spec, count, admin=principal.admin, wait_s=wait_s)
         try:
             return await self._create_all(principal, spec, image, grant, count)
@@ -105,31 +134,40 @@ class LeaseOps(FailureOps):
             if isinstance(outcome, BaseException):
                 self._log.warning("deleting %s of an unfinished group failed: %s", info.id, outcome)
 
+    async def drain(self) -> None:
+        """Wait for the deletions of cancelled groups' sandboxes (at shutdown)."""
+        if self._undoing:
+            await asyncio.wait(self._undoing)
+
     @timed("get")
     async def get(self, principal: Principal, sandbox_id: str) -> SandboxInfo:
-        return (await self._find(principal, sandbox_id)).info()
+        return (await self.records.find(principal, sandbox_id)).info()
 
     async def list_sandboxes(self, principal: Principal) -> list[SandboxInfo]:
         records = await self.store.all(SANDBOXES)
         found = [SandboxRecord.model_validate(doc) for doc in records.values()]
         return [r.info() for r in found if principal.can_see(r.tenant) and r.state is not SandboxState.EXPIRED]
 
-    def waiting(self, principal: Principal) -> list[WaitingCall]:
-        """The caller's calls queued for capacity (every tenant's to an admin), in serving order."""
-        return self.admission.waiting(None if principal.admin else principal.tenant)
-
-    def capacity(self, principal: Principal) -> CapacityReport:
-        return self.admission.report(principal.tenant, admin=principal.admin)
+    async def refresh_metrics(self) -> None:
+        """Read the fleet's gauges (sandboxes by kind and state, pool sizes) from the store, before a scrape."""
+        counts: dict[tuple[SandboxKind, SandboxState], int] = {}
+        for doc in (await self.store.all(SANDBOXES)).values():
+            key = kind_and_state(doc)
+            if key is not None:
+                counts[key] = counts.get(key, 0) + 1
+        self.metrics.set_fleet(counts, await self.pools.stats())
+        uses, tenants = self.admission.gauges()
+        self.metrics.set_capacity(uses, tenants, len(self.admission.queue))
 
     @timed("delete")
     async def delete(self, principal: Principal, sandbox_id: str) -> None:
-        record = await self._find(principal, sandbox_id, allow_expired=True)
-        async with self._exclusive(sandbox_id):
-            fresh = await self._read(sandbox_id)
+        record = await self.records.find(principal, sandbox_id, allow_expired=True)
+        async with self.records.exclusive(sandbox_id):
+            fresh = await self.records.read(sandbox_id)
             if fresh is None:
                 return
             await self.store.delete(SANDBOXES, sandbox_id)
-            self._forget_local(sandbox_id)
+            self.activity.forget(sandbox_id)
             if fresh.state is not SandboxState.EXPIRED:
                 self.instances.retire_later(fresh.instance)
         self._log.info("deleted sandbox %s", sandbox_id, extra=_ids(record))
@@ -139,7 +177,7 @@ class LeaseOps(FailureOps):
         """Extend the lease: the sandbox now lives ``ttl_s`` (default: its spec's ttl) from now."""
         if ttl_s is not None and not 0 < ttl_s <= MAX_LEASE_S:
             raise InvalidArgument(f"ttl_s must be in (0, {MAX_LEASE_S}] seconds")
-        await self._find(principal, sandbox_id)
+        await self.records.find(principal, sandbox_id)
         now = time.time()
 
         def extend(record: SandboxRecord) -> bool:
@@ -149,11 +187,11 @@ class LeaseOps(FailureOps):
             record.last_active_at = now
             return True
 
-        async with self._exclusive(sandbox_id):
-            renewed = await self._update(sandbox_id, extend)
+        async with self.records.exclusive(sandbox_id):
+            renewed = await self.records.update(sandbox_id, extend)
         if renewed is None:  # expired or deleted meanwhile: say which
-            return (await self._find(principal, sandbox_id)).info()
-        await self._publish_claim(renewed)
+            return (await self.records.find(principal, sandbox_id)).info()
+        await self.records.publish_claim(renewed)
         return renewed.info()
 
     @timed("reset")
@@ -163,25 +201,25 @@ class LeaseOps(FailureOps):
         Fast path: a warm instance of the target is swapped in and the old instance is removed in
         the background. Otherwise a new instance is started before the old one goes.
         """
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         spec = record.spec if snapshot is None else record.spec.model_copy(update={"snapshot": snapshot})
-        return (await self._reset_onto(principal, sandbox_id, spec)).info()
+        return (await self.reset_onto(principal, sandbox_id, spec)).info()
 
-    async def _reset_onto(
+    async def reset_onto(
         self, principal: Principal, sandbox_id: str, spec: SandboxSpec, *, episode: EpisodeRecord | None = None
     ) -> SandboxRecord:
         """Swap in an instance of ``spec`` (which the sandbox keeps from then on), the sandbox now running
         ``episode`` (None: none); the record as written."""
-        image = await self._image(principal, spec)
-        async with self._exclusive(sandbox_id):
-            record = await self._find(principal, sandbox_id)
+        image = await self.provisioner.image(principal, spec)
+        async with self.records.exclusive(sandbox_id):
+            record = await self.records.find(principal, sandbox_id)
             same = spec == record.spec and spec.snapshot is None and record.state is SandboxState.RUNNING
             if spec.kind is SandboxKind.ANDROID and same:  # an unhealthy one is replaced
                 in_place = await self._reset_emulator(record, episode)
                 if in_place is not None:
                     return in_place
             old = record.instance
-            instance = await self._provision(spec, image, sandbox_id, record.tenant)
+            instance = await self.provisioner.provision(spec, image, sandbox_id, record.tenant)
 
             def swap(fresh: SandboxRecord) -> bool:
                 if fresh.instance != old or fresh.state is SandboxState.EXPIRED:
@@ -190,14 +228,13 @@ class LeaseOps(FailureOps):
                 fresh.state, fresh.error, fresh.last_active_at = SandboxState.RUNNING, None, time.time()
                 return True
 
-            updated = await self._update(sandbox_id, swap)
+            updated = await self.records.update(sandbox_id, swap)
             if updated is None:
                 self.instances.retire_later(instance)
-                await self._find(principal, sandbox_id)  # says what happened meanwhile (deleted, expired)
+                await self.records.find(principal, sandbox_id)  # says what happened meanwhile (deleted, expired)
                 return record
-            self._recent.pop(sandbox_id, None)
-            self.output.forget(sandbox_id)
-        await self._publish_claim(updated)
+            self.activity.forget_history(sandbox_id)
+        await self.records.publish_claim(updated)
         self.instances.retire_later(old)
         self._log.info("reset sandbox %s onto %s", sandbox_id, instance, extra=_ids(updated))
         return updated
@@ -206,7 +243,7 @@ class LeaseOps(FailureOps):
         """Android, same spec, running: the emulator back to its quickboot snapshot in place (the agent's ``reset``:
         seconds, where a new instance cold-boots one in minutes) and the workspace emptied; the record as written, or
         None when the agent could not (the caller then replaces the instance)."""
-        agent = self._agent(record)
+        agent = self.records.agent(record)
         try:
             await agent.request("android", {"op": "reset"}, deadline=EMULATOR_RESET_S)
             await agent.exec(CLEAR_WORKSPACE, timeout=60)
@@ -221,23 +258,13 @@ class LeaseOps(FailureOps):
             fresh.episode, fresh.error, fresh.last_active_at = episode, None, time.time()
             return True
 
-        updated = await self._update(record.id, reset)
+        updated = await self.records.update(record.id, reset)
         if updated is None:
             return None
-        self._recent.pop(record.id, None)
-        self.output.forget(record.id)
-        await self._publish_claim(updated)
+        self.activity.forget_history(record.id)
+        await self.records.publish_claim(updated)
         self._log.info("reset sandbox %s in place (emulator snapshot)", record.id, extra=_ids(updated))
         return updated
-
-    async def close(self) -> None:
-        """Stop serving. Sandboxes live on in the store and the engine for the next start; instances this
-        replica was starting for its pools are removed (none is left that nobody holds)."""
-        if self._undoing:
-            await asyncio.wait(self._undoing)
-        await self.pools.close()
-        await self.instances.drain()
-        await self.backend.close()
 
 
 def _failure(task: asyncio.Future[SandboxInfo]) -> BaseException | None:

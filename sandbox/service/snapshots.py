@@ -6,20 +6,44 @@ from __future__ import annotations
 import re
 import time
 
+from sandbox.backends.base import Backend
+from sandbox.capacity.admission import Admission
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.model_rules import SNAPSHOT_NAME as SNAPSHOT_NAME_RULE
 from sandbox.models import SandboxKind, SnapshotInfo
-from sandbox.service.acting import ActingOps
+from sandbox.observability.metrics import Metrics
 from sandbox.service.auth import Principal
 from sandbox.service.autostart import capture_autostart
-from sandbox.service.core import timed
+from sandbox.service.core import Records, timed
+from sandbox.service.instances import Instances
+from sandbox.service.pools import Pools
 from sandbox.service.records import SNAPSHOTS, SandboxRecord, SnapshotRecord, snapshot_key
+from sandbox.store import Store
 
 SNAPSHOT_NAME = re.compile(SNAPSHOT_NAME_RULE)
 MAX_WARM = 32
 
 
-class SnapshotOps(ActingOps):
+class Snapshots:
+    def __init__(
+        self,
+        *,
+        backend: Backend,
+        store: Store,
+        records: Records,
+        admission: Admission,
+        pools: Pools,
+        instances: Instances,
+        metrics: Metrics,
+    ) -> None:
+        self.backend = backend
+        self.store = store
+        self.records = records
+        self.admission = admission
+        self.pools = pools
+        self.instances = instances
+        self.metrics = metrics
+
     @timed("snapshot")
     async def snapshot(self, principal: Principal, sandbox_id: str, name: str, *, warm: int = 0) -> SnapshotInfo:
         """Keep the sandbox's file system, and the GUI apps it runs, under ``name``."""
@@ -27,10 +51,10 @@ class SnapshotOps(ActingOps):
             raise InvalidArgument("snapshot name must be 1-63 of [a-z0-9_.-], starting with a letter or digit")
         if not 0 <= warm <= MAX_WARM:
             raise InvalidArgument(f"warm must be between 0 and {MAX_WARM}")
-        record = await self._find(principal, sandbox_id)
+        record = await self.records.find(principal, sandbox_id)
         self.admission.check_warm_request(record.spec, warm, tenant=principal.tenant)
         await self._check_snapshot_quota(principal, name, warm)
-        return (await self._take_snapshot(principal.tenant, record, name, warm=warm)).info()
+        return (await self.take(principal.tenant, record, name, warm=warm)).info()
 
     async def _check_snapshot_quota(self, principal: Principal, name: str, warm: int) -> None:
         """The tenant's max_snapshots and max_warm, counting its named snapshots but the one ``name`` replaces."""
@@ -61,13 +85,13 @@ class SnapshotOps(ActingOps):
                 f"{quota.max_warm}: ask for at most {max(0, quota.max_warm - kept)}, or lower another snapshot's warm",
             )
 
-    async def _take_snapshot(
+    async def take(
         self, tenant: str, record: SandboxRecord, name: str, *, warm: int, task: bool = False
     ) -> SnapshotRecord:
         """Commit the instance ``record`` names as ``tenant``'s snapshot ``name``, store its record (replacing any of
         that name) and keep its warm instances; the record as stored."""
         if record.spec.kind is SandboxKind.DESKTOP:
-            await capture_autostart(self._agent(record))
+            await capture_autostart(self.records.agent(record))
         snap = SnapshotRecord(
             name=name,
             tenant=tenant,
@@ -122,7 +146,7 @@ class SnapshotOps(ActingOps):
         """Remove snapshot images no snapshot names and no instance runs (of ``only``, and at least ``min_age_s``
         old, when given: a snapshot taken a moment ago is committed before its record is stored); returns what
         was removed."""
-        if await self._store_was_wiped():
+        if await self.records.store_was_wiped():
             return []  # the records naming them are being adopted again
         docs = await self.store.all(SNAPSHOTS)
         named = {str(doc["image"]) for doc in docs.values()}

@@ -26,12 +26,16 @@ import logging
 import secrets
 import time
 
+from sandbox.backends.base import Backend
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxState
-from sandbox.service.core import _ids
+from sandbox.observability.metrics import Metrics
+from sandbox.service.core import Records, _ids
+from sandbox.service.instances import Instances
+from sandbox.service.pools import Pools
 from sandbox.service.records import SANDBOXES, SNAPSHOTS, SandboxRecord, SnapshotRecord, pool_key, snapshot_key
+from sandbox.service.snapshots import Snapshots
 from sandbox.service.task_config import TaskSettings
-from sandbox.service.trajectory_ops import TrajectoryOps
 from sandbox.store import Store
 
 SNAPSHOT_LOCK_TTL_S = 30.0
@@ -79,10 +83,34 @@ class SnapshotLock:
             await self.store.unlock(self.lock, self.owner)
 
 
-class TaskSnapshotOps(TrajectoryOps):
-    task_settings: TaskSettings
+class TaskSnapshots:
+    def __init__(
+        self,
+        *,
+        backend: Backend,
+        store: Store,
+        replica: str,
+        records: Records,
+        snapshots: Snapshots,
+        pools: Pools,
+        instances: Instances,
+        settings: TaskSettings,
+        metrics: Metrics,
+        logger: logging.Logger,
+    ) -> None:
+        self.backend = backend
+        self.store = store
+        self.replica = replica
+        self.records = records
+        self.snapshots = snapshots
+        self.pools = pools
+        self.instances = instances
+        self.settings = settings
+        """``warm_per_task``, and what collection keeps (``task_snapshot_ttl_s``, ``max_task_snapshots``)."""
+        self.metrics = metrics
+        self._log = logger
 
-    async def _use_task_snapshot(self, tenant: str, name: str) -> bool:
+    async def mark_used(self, tenant: str, name: str) -> bool:
         """Whether the task snapshot ``name`` exists; marked used (by compare-and-set) when it was not lately."""
         key = snapshot_key(tenant, name)
         while True:
@@ -96,7 +124,7 @@ class TaskSnapshotOps(TrajectoryOps):
             if await self.store.put_if_version(SNAPSHOTS, key, touched, version=found.version, durable=False):
                 return True
 
-    async def _lock_task_snapshot(self, tenant: str, name: str, record: SandboxRecord) -> SnapshotLock | None:
+    async def lock(self, tenant: str, name: str, record: SandboxRecord) -> SnapshotLock | None:
         """The lock to take the task snapshot ``name``; None when another reset holds it (or none can be taken)."""
         if not self.backend.can_snapshot:
             self._log.info(
@@ -115,7 +143,7 @@ class TaskSnapshotOps(TrajectoryOps):
         )
         return None
 
-    async def _snapshot_task(self, tenant: str, record: SandboxRecord, name: str, lock: SnapshotLock) -> bool:
+    async def snapshot_task(self, tenant: str, record: SandboxRecord, name: str, lock: SnapshotLock) -> bool:
         """Keep the post-setup state for the next reset to this task, under ``lock``; whether it was taken."""
         if not await lock.held():
             self._log.warning(
@@ -128,7 +156,7 @@ class TaskSnapshotOps(TrajectoryOps):
             return False  # taken under a lock that lapsed before this one was granted
         try:
             with self.metrics.operation("snapshot", kind=record.spec.kind):
-                await self._take_snapshot(tenant, record, name, warm=self.task_settings.warm_per_task, task=True)
+                await self.snapshots.take(tenant, record, name, warm=self.settings.warm_per_task, task=True)
         except SandboxError as e:
             self._log.warning(
                 "could not snapshot the state of task %s: %s (its next reset runs setup again)",
@@ -142,8 +170,8 @@ class TaskSnapshotOps(TrajectoryOps):
     async def collect_task_snapshots(self, *, now: float | None = None) -> list[str]:
         """Remove the task snapshots unused for ``task_snapshot_ttl_s`` and the least recently used beyond
         ``max_task_snapshots`` (see the module docstring); returns the names removed."""
-        ttl, most = self.task_settings.task_snapshot_ttl_s, self.task_settings.max_task_snapshots
-        if (ttl is None and most is None) or await self._store_was_wiped():
+        ttl, most = self.settings.task_snapshot_ttl_s, self.settings.max_task_snapshots
+        if (ttl is None and most is None) or await self.records.store_was_wiped():
             return []
         now = time.time() if now is None else now
         tasks: dict[str, tuple[int, SnapshotRecord]] = {}
@@ -182,7 +210,7 @@ class TaskSnapshotOps(TrajectoryOps):
                 )
         if removed:
             await self._retire_warm(removed)
-            await self.collect_snapshot_images(only={snap.image for snap in removed})
+            await self.snapshots.collect_snapshot_images(only={snap.image for snap in removed})
         return [snap.name for snap in removed]
 
     async def _retire_warm(self, removed: list[SnapshotRecord]) -> None:

@@ -16,15 +16,16 @@ recording that fails to start or is lost at its stop is a warning in the traject
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import Action, Observation, SandboxKind, Screenshot
+from sandbox.observability.metrics import Metrics
 from sandbox.service.auth import Principal
-from sandbox.service.core import _ids
+from sandbox.service.core import Records, _ids
 from sandbox.service.records import EpisodeRecord, SandboxRecord
-from sandbox.service.snapshots import SnapshotOps
 from sandbox.trajectories import MediaRef, Trajectory, TrajectoryInfo, TrajectoryStep, TrajectoryStore
 
 RECORDING_KINDS = (SandboxKind.ANDROID,)
@@ -39,13 +40,19 @@ RECORD_STOP_S = 150.0
 """The agent's record_stop: screenrecord's exit (10 s at most), then the MP4 copied off the device (120 s at most)."""
 
 
-class TrajectoryOps(SnapshotOps):
-    trajectories: TrajectoryStore | None = None
-    """Where episodes are recorded; None: nowhere."""
+class Recorder:
+    def __init__(
+        self, *, trajectories: TrajectoryStore | None, records: Records, metrics: Metrics, logger: logging.Logger
+    ) -> None:
+        self.trajectories = trajectories
+        """Where episodes are recorded; None: nowhere."""
+        self.records = records
+        self.metrics = metrics
+        self._log = logger
 
     # ------------------------------------------------------------------ recording
 
-    async def _start_trajectory(
+    async def start_trajectory(
         self, record: SandboxRecord, episode: EpisodeRecord, image: str, *, warnings: list[str] | None = None
     ) -> None:
         if self.trajectories is None:
@@ -67,7 +74,7 @@ class TrajectoryOps(SnapshotOps):
         except (OSError, SandboxError) as e:
             self._log.warning("cannot record trajectory %s: %s", info.id, e, extra=_ids(record))
 
-    async def _record_step(
+    async def record_step(
         self,
         record: SandboxRecord,
         episode: EpisodeRecord,
@@ -93,7 +100,7 @@ class TrajectoryOps(SnapshotOps):
                 "cannot record step %d of trajectory %s: %s", index, episode.trajectory_id, e, extra=_ids(record)
             )
 
-    async def _note_trajectory(self, record: SandboxRecord, episode: EpisodeRecord, changes: dict[str, Any]) -> None:
+    async def note_trajectory(self, record: SandboxRecord, episode: EpisodeRecord, changes: dict[str, Any]) -> None:
         if self.trajectories is None:
             return
         try:
@@ -103,7 +110,7 @@ class TrajectoryOps(SnapshotOps):
 
     # ------------------------------------------------------------------ screen recordings
 
-    def _check_recording(self, record: SandboxRecord) -> None:
+    def check_recording(self, record: SandboxRecord) -> None:
         """Refuse ``record`` where it cannot be kept: another kind than android, or no trajectory store."""
         if record.spec.kind not in RECORDING_KINDS:
             kinds = ", ".join(k.value for k in RECORDING_KINDS)
@@ -117,9 +124,9 @@ class TrajectoryOps(SnapshotOps):
                 "(trajectories.enabled is false)"
             )
 
-    async def _start_recording(self, record: SandboxRecord) -> tuple[float | None, list[str]]:
+    async def start_recording(self, record: SandboxRecord) -> tuple[float | None, list[str]]:
         """Start the screen recording: when it began, or None and a warning saying why it did not."""
-        agent = self._agent(record)
+        agent = self.records.agent(record)
         try:
             try:
                 await agent.request("android", {"op": "record_start"}, deadline=RECORD_START_S)
@@ -141,7 +148,7 @@ class TrajectoryOps(SnapshotOps):
             return
         offset = max(0, round(since - episode.started_at))
         try:
-            _, data = await self._agent(record).request("android", {"op": "record_stop"}, deadline=RECORD_STOP_S)
+            _, data = await self.records.agent(record).request("android", {"op": "record_stop"}, deadline=RECORD_STOP_S)
             if data[4:8] != b"ftyp":  # every MP4 starts with its ftyp box
                 raise Unavailable(f"record_stop returned no MP4 ({len(data)} bytes: {data[:60]!r})")
             ref = await self.trajectories.attach_media(
@@ -170,7 +177,7 @@ class TrajectoryOps(SnapshotOps):
             extra=_ids(record),
         )
 
-    async def _end_recording(self, record: SandboxRecord) -> None:
+    async def end_recording(self, record: SandboxRecord) -> None:
         """Before a reset replaces ``record``'s episode: keep what its screen recording has (the emulator's reset
         would lose it), and mark it stopped."""
         episode = record.episode
@@ -179,7 +186,7 @@ class TrajectoryOps(SnapshotOps):
         await self._stop_recording(record, episode)
         await self._set_recording(record, episode, None)
 
-    async def _recording_after_step(self, record: SandboxRecord, episode: EpisodeRecord) -> None:
+    async def recording_after_step(self, record: SandboxRecord, episode: EpisodeRecord) -> None:
         """At the episode's end, its last segment kept; before screenrecord's limit, the next segment started."""
         since = episode.recording_since
         if since is None:
@@ -188,7 +195,7 @@ class TrajectoryOps(SnapshotOps):
             await self._stop_recording(record, episode)
         elif time.time() - since >= RECORD_SEGMENT_S:
             await self._stop_recording(record, episode)
-            since, problems = await self._start_recording(record)
+            since, problems = await self.start_recording(record)
             for problem in problems:
                 with contextlib.suppress(OSError, SandboxError):
                     await self._trajectory_store().warn(record.tenant, episode.trajectory_id, problem)
@@ -203,7 +210,7 @@ class TrajectoryOps(SnapshotOps):
             fresh.episode.recording_since = since
             return True
 
-        await self._update(record.id, note)
+        await self.records.update(record.id, note)
 
     # ------------------------------------------------------------------ the API
 

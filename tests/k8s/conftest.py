@@ -61,7 +61,7 @@ class Plane:
 
     async def instance(self, sandbox_id: str) -> str:
         """The instance the sandbox runs on now."""
-        record = await self.service._read(sandbox_id)
+        record = await self.service.records.read(sandbox_id)
         assert record is not None
         return record.instance
 

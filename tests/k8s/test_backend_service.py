@@ -79,7 +79,7 @@ async def test_create_step_and_reset_to_a_snapshot_archive(service: SandboxServi
 
 
 async def _instance(service: SandboxService, sandbox_id: str) -> str:
-    record = await service._read(sandbox_id)
+    record = await service.records.read(sandbox_id)
     assert record is not None
     return record.instance
 
@@ -99,7 +99,7 @@ async def test_create_takes_a_warm_pod_from_the_pool(service: SandboxService, ku
         (warm,) = await service.store.items(key)
         pods_before = {p["metadata"]["name"] for p in await kube.pods()}
         info = await service.create(ALICE, spec)
-        record = await service._read(info.id)
+        record = await service.records.read(info.id)
         assert record is not None and record.instance == warm
         assert {p["metadata"]["name"] for p in await kube.pods()} == pods_before  # no pod started on the way
         assert await _sh(service, info.id, "echo $SANDBOX_INSTANCE_ID") == f"{warm}\n"
@@ -119,7 +119,7 @@ def _lifecycle(service: SandboxService) -> Lifecycle:
 
 async def test_a_killed_pod_is_replaced_for_an_auto_recover_sandbox(service: SandboxService, kube: FakeKube) -> None:
     info = await service.create(ALICE, SPEC.model_copy(update={"auto_recover": True}))
-    record = await service._read(info.id)
+    record = await service.records.read(info.id)
     assert record is not None
     backend = service.backend
     assert isinstance(backend, KubernetesBackend)
@@ -127,7 +127,7 @@ async def test_a_killed_pod_is_replaced_for_an_auto_recover_sandbox(service: San
     await kube.kill_container(backend.pod_name(record.instance))  # behind the API's back
     await eventually(lambda: _exited(backend, record.instance), 10, "the pod showing its container dead")
     await _lifecycle(service).check_health()
-    fresh = await service._read(info.id)
+    fresh = await service.records.read(info.id)
     assert fresh is not None and fresh.instance != record.instance
     assert fresh.state is SandboxState.RUNNING and fresh.replacements == 1
     assert await _sh(service, info.id, "ls /workspace") == ""  # a fresh instance: the files went with the pod

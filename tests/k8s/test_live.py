@@ -133,7 +133,7 @@ async def test_a_killed_pod_is_replaced(live: Plane) -> None:
     await live.api.delete(pod, what="kubectl delete pod", grace_s=0)
 
     async def replaced() -> bool:
-        record = await live.service._read(info.id)
+        record = await live.service.records.read(info.id)
         return record is not None and record.instance != before and record.state is SandboxState.RUNNING
 
     await eventually(replaced, TIMEOUT_S, "the sandbox recovered onto a new pod")

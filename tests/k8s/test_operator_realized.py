@@ -78,7 +78,7 @@ def _validated(plane: FakePlane, *objs: dict[str, Any] | None) -> None:
 
 async def test_a_sandbox_appears_as_a_sandbox_object(plane: FakePlane) -> None:
     info = await plane.service.create(ALICE, SPEC)
-    record = await plane.service._read(info.id)
+    record = await plane.service.records.read(info.id)
     assert record is not None
 
     async def mirrored() -> dict[str, Any] | None:
@@ -112,7 +112,7 @@ async def _gone(plane: FakePlane, plural: str, name: str) -> bool:
 
 async def test_kubectl_delete_sandbox_ends_the_sandbox(plane: FakePlane) -> None:
     info = await plane.service.create(ALICE, SPEC)
-    record = await plane.service._read(info.id)
+    record = await plane.service.records.read(info.id)
     assert record is not None
     pod = plane.backend.pod_name(record.instance)
     await eventually(lambda: plane.obj(res.SANDBOXES, info.id), 15, "the sandbox mirrored")
@@ -129,7 +129,7 @@ async def _pod_gone(plane: FakePlane, pod: str) -> bool:
 
 async def test_a_failing_pod_shows_in_the_status_with_the_engines_word(plane: FakePlane) -> None:
     info = await plane.service.create(ALICE, SPEC)
-    record = await plane.service._read(info.id)
+    record = await plane.service.records.read(info.id)
     assert record is not None
     await eventually(lambda: plane.obj(res.SANDBOXES, info.id), 15, "the sandbox mirrored")
     await plane.kube.kill_container(plane.backend.pod_name(record.instance))  # behind the API's back
@@ -198,7 +198,7 @@ async def test_a_sandbox_pool_object_is_a_warm_pool(plane: FakePlane) -> None:
     assert set(first) < set(after) and len(after) == 3  # one added, the first two kept
     assert (await plane.api.get(scale, what="kubectl get --subresource=scale"))["status"]["replicas"] == 3
     info = await plane.service.create(ALICE, spec)  # a create of that spec takes a warm instance
-    record = await plane.service._read(info.id)
+    record = await plane.service.records.read(info.id)
     assert record is not None and record.instance in after
     await plane.service.delete(ALICE, info.id)
     await plane.api.delete(res.path(NAMESPACE, res.POOLS, "terminal"), what="kubectl delete sandboxpool")

@@ -155,7 +155,7 @@ async def test_the_simulated_agent_answers_only_a_pods_own_token(cluster: tuple[
     try:
         backend = replica.service.backend
         assert isinstance(backend, KubernetesBackend)
-        instance = (await replica.service._read(info.id) or pytest.fail("no record")).instance
+        instance = (await replica.service.records.read(info.id) or pytest.fail("no record")).instance
         ip, token = await backend.resolve(instance)
         good = AgentClient.tcp(ip, kube.agent_port, token=token, label="sim")
         assert (await good.health()).ok

@@ -185,9 +185,9 @@ async def test_a_recording_lost_at_its_stop_leaves_the_episode_fine_and_says_so(
     task = Task.from_file(TASK_FILE)
 
     obs = await phone.reset(task=task, record=True)
-    record = await service._read(phone.id)
+    record = await service.records.read(phone.id)
     assert record is not None and record.episode is not None and record.episode.recording_since is not None
-    await service._agent(record).request("android", {"op": "record_stop"})  # stopped behind the service's back
+    await service.records.agent(record).request("android", {"op": "record_stop"})  # stopped behind the service's back
     done = await phone.step("DONE")
     assert done.done and done.info["reason"] == "done"
     info = (await alpha.trajectories.get(obs.info["trajectory_id"])).info

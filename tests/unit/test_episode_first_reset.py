@@ -152,7 +152,7 @@ async def test_a_reset_that_gets_the_lock_after_the_snapshot_was_taken_swaps_it_
 ) -> None:
     one, two = replicas
     late, early = (await one.create(ALICE, SPEC)).id, (await two.create(ALICE, SPEC)).id
-    lock = one._lock_task_snapshot
+    lock = one.task_snapshots.lock
 
     async def after_another_took_it(*args: Any, **kwargs: Any) -> Any:
         # ``late`` found no snapshot; before it asks for the lock, ``early`` sets up, snapshots and releases.
@@ -160,7 +160,7 @@ async def test_a_reset_that_gets_the_lock_after_the_snapshot_was_taken_swaps_it_
         assert first.info["setup_ran"] is True and len(fake.commits) == 1
         return await lock(*args, **kwargs)
 
-    one._lock_task_snapshot = after_another_took_it  # type: ignore[method-assign]
+    one.task_snapshots.lock = after_another_took_it  # type: ignore[method-assign]
     try:
         obs = await one.reset(ALICE, late, task=TASK)
         assert (obs.info["snapshot"], obs.info["setup_ran"]) == (NAME, False)
@@ -197,14 +197,14 @@ async def test_a_lock_lost_during_the_setup_takes_nothing(fake: SnapshottingFake
     store = await EmbeddedStore.open(None, logger=LOGGER, clock=clock)
     try:
         async with running(fake, store, replica="one") as service:
-            run_steps = service._run_steps
+            run_steps = service.episodes._run_steps
 
             async def slow_setup(*args: Any, **kwargs: Any) -> None:
                 await run_steps(*args, **kwargs)
                 clock.now += SNAPSHOT_LOCK_TTL_S + 1  # the lease lapsed (a stalled replica) ...
                 assert await store.try_lock(LOCK, "another:0000", SNAPSHOT_LOCK_TTL_S)  # ... and another reset took it
 
-            service._run_steps = slow_setup  # type: ignore[method-assign]
+            service.episodes._run_steps = slow_setup  # type: ignore[method-assign]
             sb = (await service.create(ALICE, SPEC)).id
             try:
                 obs = await service.reset(ALICE, sb, task=TASK)

@@ -253,7 +253,7 @@ async def test_episode_state_lives_in_the_store(service: SandboxService) -> None
         obs = await other.step(alice, info.id, Exec(cmd="true"))
         assert obs.info["steps"] == 2
         assert await other.evaluate(alice, info.id) == 1.0
-        record = await service._read(info.id)
+        record = await service.records.read(info.id)
         assert record is not None and record.episode is not None and record.episode.reward == 1.0
     finally:
         await service.delete(alice, info.id)

@@ -63,7 +63,7 @@ async def test_the_server_refuses_a_count_out_of_range(target: str, count: int) 
 async def test_when_one_create_fails_the_group_fails_with_its_error_and_leaves_nothing(
     service: SandboxService, alpha: AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_create = service._create
+    real_create = service.leases._create
     calls = 0
 
     async def third_fails(principal: Principal, spec: SandboxSpec, image: str, grant: Grant) -> SandboxInfo:
@@ -73,7 +73,7 @@ async def test_when_one_create_fails_the_group_fails_with_its_error_and_leaves_n
             raise Unavailable("the engine did not answer (forced by the test)")
         return await real_create(principal, spec, image, grant)
 
-    monkeypatch.setattr(service, "_create", third_fails)
+    monkeypatch.setattr(service.leases, "_create", third_fails)
     with pytest.raises(Unavailable, match="forced by the test"):
         await alpha.create_group(4, "terminal", labels={"t": "group-fails"})
     assert calls == 4
@@ -83,7 +83,7 @@ async def test_when_one_create_fails_the_group_fails_with_its_error_and_leaves_n
 async def test_a_group_given_up_midway_deletes_what_its_creates_made(
     service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_create = service._create
+    real_create = service.leases._create
     made, release = asyncio.Event(), asyncio.Event()
     done: list[str] = []
 
@@ -95,7 +95,7 @@ async def test_a_group_given_up_midway_deletes_what_its_creates_made(
             await release.wait()  # the caller gives up while this one is still being made
         return info
 
-    monkeypatch.setattr(service, "_create", slow_second)
+    monkeypatch.setattr(service.leases, "_create", slow_second)
     spec = SandboxSpec(kind="terminal", labels={"t": "group-cancelled"})
     group = asyncio.ensure_future(service.create_group(ALICE, spec, 3))
     await made.wait()

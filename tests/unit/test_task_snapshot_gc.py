@@ -144,7 +144,7 @@ async def test_the_least_recently_used_beyond_the_bound_go(fake: SnapshottingFak
 
         # One used lately is kept even beyond the bound: a reset may be swapping it in.
         many = TaskSettings(warm_per_task=0, max_task_snapshots=1)
-        service.task_settings = many
+        service.task_snapshots.settings = many
         assert await service.collect_task_snapshots() == [key_of(tasks[3]).split("/")[1]]
         assert set(await task_snapshots(store)) == {key_of(tasks[1])}
 
@@ -159,7 +159,8 @@ async def test_a_reset_marking_it_used_between_the_read_and_the_delete_keeps_it(
         delete_if_version = store.delete_if_version
 
         async def a_reset_meanwhile(collection: str, k: str, *, version: int) -> bool:
-            assert await service._use_task_snapshot(ALICE.tenant, key.split("/")[1])  # marks it used: a new version
+            # marks it used: a new version
+            assert await service.task_snapshots.mark_used(ALICE.tenant, key.split("/")[1])
             return await delete_if_version(collection, k, version=version)
 
         with pytest.MonkeyPatch.context() as patch:

@@ -1,0 +1,34 @@
+"""What this control-plane process remembers of each sandbox's use, outside the store: its recent actions (the web
+view lists them), when a call last noted its activity in the record (those writes are spaced out, see
+``acting.TOUCH_EVERY_S``), and the tail of its command output (``output_tail``).
+
+It lives in this process only: with several replicas behind a balancer, a page shows what ran through the replica it
+asks. A reset forgets the sandbox's history; a delete forgets everything of it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from sandbox.service.output_tail import OutputTails
+
+
+class Activity:
+    def __init__(self) -> None:
+        self.recent: dict[str, deque[dict[str, Any]]] = {}
+        """Sandbox id -> its last actions, each ``{"at": ..., "action": ...}``, oldest first."""
+        self.touched: dict[str, float] = {}
+        """Sandbox id -> when a call last wrote its ``last_active_at``."""
+        self.output = OutputTails()
+        """The tail of each sandbox's recent command output (the web view's terminal cards)."""
+
+    def forget_history(self, sandbox_id: str) -> None:
+        """A reset: the actions and the output before it are another sandbox's story."""
+        self.recent.pop(sandbox_id, None)
+        self.output.forget(sandbox_id)
+
+    def forget(self, sandbox_id: str) -> None:
+        """A delete: nothing of the sandbox is kept."""
+        self.forget_history(sandbox_id)
+        self.touched.pop(sandbox_id, None)
