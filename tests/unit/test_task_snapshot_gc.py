@@ -110,8 +110,9 @@ async def test_an_unused_snapshot_goes_with_its_warm_instances_and_image_but_not
         await eventually(lambda: _queued(service, queue), 30, "the warm replica again")
         warm = (await store.items(queue))[0]
 
-        assert await service.collect_task_snapshots(now=time.time() + DAY - 1) == [], "used within the ttl"
-        assert await service.collect_task_snapshots(now=time.time() + DAY + IN_USE_S + 1) == [snap.name]
+        used = (await task_snapshots(store))[key].last_used()  # the ttl runs from here, however long the test took
+        assert await service.collect_task_snapshots(now=used + DAY - 1) == [], "used within the ttl"
+        assert await service.collect_task_snapshots(now=used + DAY + IN_USE_S + 1) == [snap.name]
         assert key not in await task_snapshots(store)
         kept_pools = service.pools.keys()
         assert await store.items(queue) == [] and queue not in kept_pools
