@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 
 import pytest
@@ -12,6 +11,7 @@ from sandbox.agent.display.frames import BAND_ROWS
 from sandbox.agent_client import AgentClient
 from tests.conftest import SandboxFactory
 from tests.docker.screens import settled_screen
+from tests.polling import eventually
 
 pytestmark = pytest.mark.docker
 
@@ -26,29 +26,35 @@ async def _open_xterm(agent: AgentClient, title: str, x: int, out: str) -> None:
     )
     started = await agent.exec(cmd, keep_background=True, env={"LANG": "C.UTF-8"})
     assert started.exit_code == 0, started.stderr
-    for _ in range(100):
-        if (await agent.exec(f"xdotool search --onlyvisible --name '^{title}$'")).exit_code == 0:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"window {title} never appeared")
+
+    async def visible() -> bool:
+        return (await agent.exec(f"xdotool search --onlyvisible --name '^{title}$'")).exit_code == 0
+
+    await eventually(visible, 20, f"window {title} appearing")
+
+
+async def _typed(agent: AgentClient, path: str) -> str:
+    """What a program wrote to ``path``, once it wrote anything."""
+    found: list[str] = []
+
+    async def written() -> bool:
+        found[:] = [(await agent.exec(f"cat {path}")).stdout]
+        return bool(found[0])
+
+    await eventually(written, 10, f"the typed text in {path}")
+    return found[0]
 
 
 async def test_click_focuses_a_window_and_typed_text_reaches_the_shell(make_sandbox: SandboxFactory) -> None:
     sb = await make_sandbox("desktop", screen={"width": WIDTH, "height": HEIGHT})
     await _open_xterm(sb.agent, "left", 20, "/workspace/left.txt")
     await _open_xterm(sb.agent, "right", 540, "/workspace/right.txt")  # the newest window has the focus
-    await asyncio.sleep(0.5)
+    await settled_screen(sb.agent, WIDTH, HEIGHT)  # both windows drawn: the clicks and keys below make the change
     before = await sb.agent.screenshot()
 
     await sb.agent.act({"type": "click", "x": 150, "y": 120})  # inside the left window
     await sb.agent.act({"type": "type_text", "text": TEXT + "\n"})
-    typed = ""
-    for _ in range(50):
-        typed = (await sb.agent.exec("cat /workspace/left.txt")).stdout
-        if typed:
-            break
-        await asyncio.sleep(0.1)
-    assert typed == TEXT + "\n"
+    assert await _typed(sb.agent, "/workspace/left.txt") == TEXT + "\n"
     assert (await sb.agent.exec("cat /workspace/right.txt")).stdout == "", "the unfocused window got the keys"
 
     after = await sb.agent.screenshot()
@@ -125,7 +131,7 @@ for program in sys.argv[1:]:
     before, started = viewable(program), time.monotonic()
     launched = subprocess.Popen([program], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while viewable(program) <= before and time.monotonic() - started < 20:
-        time.sleep(0.02)
+        time.sleep(0.02)  # a poll: its period is the resolution of the time measured
     print(program, round(time.monotonic() - started, 3))
     launched.terminate()  # the next launch of the same program starts a process too, not a window of this one
     launched.wait()
@@ -162,10 +168,4 @@ async def test_pyautogui_drives_the_desktop_as_osworld_task_configs_use_it(make_
     ran = await sb.agent.exec(["python", "-c", code], timeout=30)
     assert ran.exit_code == 0, ran.stderr
     assert ran.stdout.strip() == f"({WIDTH}, {HEIGHT})"
-    typed = ""
-    for _ in range(50):
-        typed = (await sb.agent.exec("cat /workspace/typed.txt")).stdout
-        if typed:
-            break
-        await asyncio.sleep(0.1)
-    assert typed == "from pyautogui\n"
+    assert await _typed(sb.agent, "/workspace/typed.txt") == "from pyautogui\n"

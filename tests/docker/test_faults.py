@@ -18,7 +18,7 @@ import docker
 import pytest
 from docker.models.containers import ContainerCollection
 
-from sandbox.backends.base import LABEL_OWNER
+from sandbox.backends.base import LABEL_INSTANCE, LABEL_KIND, LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from sandbox.backends.docker.backend import DockerBackend
 from sandbox.client import AsyncClient, AsyncSandbox
 from sandbox.errors import SandboxError
@@ -26,7 +26,7 @@ from sandbox.models import SandboxSpec
 from tests import redis_server as redis_fixtures
 from tests.conftest import OWNER, RUN_ID, TEST_LABEL, owned_by, require_image
 from tests.docker.servers import ServerProcess, started
-from tests.polling import eventually
+from tests.polling import eventually, wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -87,22 +87,22 @@ def _restart_dockerd(down_s: float) -> float:
     pid = _dockerd_pid()
     stopped = time.monotonic()
     os.kill(pid, signal.SIGTERM)
-    while time.monotonic() - stopped < 60:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    time.sleep(down_s)
+    wait_until(lambda: not _alive(pid), 60, "dockerd's exit")
+    time.sleep(down_s)  # a duration, not a wait for a state: the outage the sandboxes must ride out
     # As scripts/setup.sh starts it: detached, so it outlives this test.
     subprocess.run(
         ["sh", "-c", f"setsid dockerd --pidfile='{DOCKERD_PIDFILE}' >>'{DOCKERD_LOG}' 2>&1 </dev/null &"], check=True
     )
-    deadline = time.monotonic() + 60
-    while subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        assert time.monotonic() < deadline, "dockerd did not come back within 60 s"
-        time.sleep(0.2)
+    wait_until(lambda: subprocess.run(["docker", "info"], capture_output=True).returncode == 0, 60, "dockerd's return")
     return time.monotonic() - stopped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 async def _hold(client: AsyncClient, n: int) -> list[AsyncSandbox]:
@@ -112,17 +112,18 @@ async def _hold(client: AsyncClient, n: int) -> list[AsyncSandbox]:
     return sandboxes
 
 
-async def _keep_stepping(sandbox: AsyncSandbox, stop: asyncio.Event, errors: list[str]) -> int:
-    steps = 0
+async def _keep_stepping(
+    sandbox: AsyncSandbox, stop: asyncio.Event, errors: list[str], steps: list[int], i: int
+) -> None:
+    """Step ``sandbox`` until ``stop``, counting its steps in ``steps[i]`` and its failures in ``errors``."""
     while not stop.is_set():
         try:
             result = await sandbox.exec("echo step")
             assert result.stdout == "step\n"
-            steps += 1
+            steps[i] += 1
         except SandboxError as e:
             errors.append(f"{type(e).__name__}: {e.message}")
-            await asyncio.sleep(0.2)
-    return steps
+            await asyncio.sleep(0.2)  # pacing: a failing step is not retried in a tight loop
 
 
 @contextlib.asynccontextmanager
@@ -140,25 +141,89 @@ async def _serving(
             yield owner, server, client
 
 
+async def _health_rounds(
+    client: AsyncClient, docker_client: docker.DockerClient, owner: str, sentinel: AsyncSandbox, rounds: int
+) -> None:
+    """Return once ``rounds`` whole health rounds have begun and ended since the call.
+
+    The server counts its rounds nowhere, so a sentinel (an auto_recover sandbox kept for this) has its container
+    killed and is waited on until a round has started it again in place, ``rounds + 2`` times. A round restarts the
+    sentinel at most once, and begins only when the one before it has ended; the round of the first restart is under
+    way after the call, so the rounds of the second to the second-to-last restarts began after the call and have
+    ended by the last one."""
+    first = (await client.get(sentinel.id)).info.replacements
+    for n in range(1, rounds + 3):
+        instance = await _instance_of(sentinel)
+        container = await asyncio.to_thread(docker_client.containers.get, f"sbx-{owner}-{instance}")
+        await asyncio.to_thread(container.kill)
+
+        async def restarted(n: int = n) -> bool:
+            return (await client.get(sentinel.id)).info.replacements == first + n
+
+        await eventually(restarted, 30, f"health round {n}'s restart of the sentinel")
+
+
+async def _instance_of(sandbox: AsyncSandbox) -> str:
+    """The instance ``sandbox`` runs on, once its agent answers."""
+    found: list[str] = []
+
+    async def answers() -> bool:
+        try:
+            found[:] = [(await sandbox.exec("printf %s $SANDBOX_INSTANCE_ID")).stdout]
+        except SandboxError:
+            return False
+        return True
+
+    await eventually(answers, 30, f"an answer from {sandbox.id}")
+    return found[0]
+
+
+def _orphan(docker_client: docker.DockerClient, owner: str, instance: str) -> str:
+    """A container with the labels of ``owner``'s control plane that none of its records knows of (created, never
+    started): reconciliation removes it after two passes once it is older than the orphan grace. Its id."""
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_OWNER: owner, LABEL_INSTANCE: instance, LABEL_KIND: "terminal"}
+    name = f"sbx-{owner}-{instance}"
+    return str(
+        docker_client.containers.create("sandbox/terminal", ["true"], name=name, labels={**labels, **TEST_LABEL}).id
+    )
+
+
+async def _reconciled(docker_client: docker.DockerClient, owner: str, instance: str) -> None:
+    """Return once reconciliation has run (two passes, each over every container of ``owner``) with the orphan grace
+    over for every container made before the call: the server counts its passes nowhere, so an orphan made now is
+    waited on until they remove it."""
+    orphan = await asyncio.to_thread(_orphan, docker_client, owner, instance)
+    grace = FAST_LIFECYCLE["orphan_grace_s"]
+    await eventually(
+        lambda: asyncio.to_thread(lambda: orphan not in _containers(docker_client, owner)),
+        grace + 30,
+        "the reconciliation passes that remove an orphan",
+    )
+
+
 async def test_an_engine_restart_under_load_keeps_every_sandbox_and_its_files(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
-    async with _serving(docker_client, tmp_path, "er") as (_, _, client):
-        sandboxes = await _hold(client, 4)
-        stop, errors = asyncio.Event(), []
-        loops = [asyncio.create_task(_keep_stepping(sb, stop, errors)) for sb in sandboxes]
-        await asyncio.sleep(1)
+    async with _serving(docker_client, tmp_path, "er") as (owner, _, client):
+        *sandboxes, sentinel = await _hold(client, 5)
+        stop, steps = asyncio.Event(), [0] * len(sandboxes)
+        errors: list[str] = []
+        loops = [asyncio.create_task(_keep_stepping(sb, stop, errors, steps, i)) for i, sb in enumerate(sandboxes)]
+        await eventually(lambda: all(steps), 30, "a step in every sandbox before the restart")
         down = await asyncio.to_thread(_restart_dockerd, 2.0)
-        await asyncio.sleep(3)  # several health rounds and reconciliations with the engine back
+        back = list(steps)
+        # With the engine back: steps in every sandbox, two whole health rounds and reconciliation passes.
+        await eventually(lambda: all(n > b for n, b in zip(steps, back, strict=True)), 30, "steps after the restart")
+        await _health_rounds(client, docker_client, owner, sentinel, 2)
+        await _reconciled(docker_client, owner, "orphan-er")
         stop.set()
-        steps = await asyncio.gather(*loops)
-        assert all(n > 0 for n in steps), steps
+        await asyncio.gather(*loops)
         assert not errors, f"steps failed while the engine was down {down:.1f} s: {errors[:5]}"
         for sandbox in sandboxes:
             info = (await client.get(sandbox.id)).info
             assert info.replacements == 0 and info.state.value == "running", info
             assert await sandbox.files.read("/workspace/mark") == sandbox.id.encode()
-        for sandbox in sandboxes:
+        for sandbox in (*sandboxes, sentinel):
             await sandbox.close()
 
 
@@ -199,7 +264,7 @@ async def test_redis_restarting_empty_reaps_nothing_and_sandboxes_are_adopted(
                 return states == ["running"] * len(sandboxes)
 
             await eventually(adopted, 30, "the adoption of the held sandboxes")
-            await asyncio.sleep(3)  # reconciliation passes with the orphan grace long over
+            await _reconciled(docker_client, owner, "orphan-rw")  # passes with the held ones past the orphan grace
             assert await asyncio.to_thread(_containers, docker_client, owner) == before, "containers were reaped"
             for sandbox in sandboxes:
                 assert await sandbox.files.read("/workspace/mark") == sandbox.id.encode()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -61,6 +62,27 @@ async def running(lifecycle: Lifecycle) -> AsyncIterator[Lifecycle]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await lifecycle.stop()
+
+
+class Passes:
+    """The completed calls of one object's async method, each by the wall-clock time it began: the lifecycle counts
+    its passes nowhere, and a test that means "after N passes" waits on this count, not on wall time."""
+
+    def __init__(self, owner: object, method: str) -> None:
+        self.began: list[float] = []
+        wrapped = getattr(owner, method)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            began = time.time()
+            result = await wrapped(*args, **kwargs)
+            self.began.append(began)
+            return result
+
+        setattr(owner, method, counted)  # on this instance only: the class and other instances are untouched
+
+    def since(self, moment: float) -> int:
+        """How many of the calls that have ended began at ``moment`` or later."""
+        return sum(1 for began in self.began if began >= moment)
 
 
 def _spec(kind: str = "terminal", **extra: Any) -> SandboxSpec:
@@ -146,6 +168,7 @@ async def test_warm_replicas_follow_the_stored_snapshots(
     await service.delete(ALICE, source.id)  # the snapshot keeps the spec its replicas start with
 
     lifecycle = Lifecycle(service, FAST, logger=LOGGER)
+    syncs, refills = Passes(service, "sync_snapshot_pools"), Passes(service.pools, "refill")
     async with running(lifecycle):
         kept_pool = next(iter(await service.pools.sizes()))
         await eventually(lambda: _has(service, kept_pool, 1), 60, "the warm replica of a snapshot whose source is gone")
@@ -160,7 +183,12 @@ async def test_warm_replicas_follow_the_stored_snapshots(
             return not await asyncio.to_thread(docker_client.api.containers, all=True, filters=filters)
 
         await eventually(replicas_gone, 30, "the removal of a deleted snapshot's replicas")
-        await asyncio.sleep(2 * FAST.health_interval_s)  # a later pass must not start them again
+        # Later passes must not start them again: two syncs of the snapshot pools (each health round's) that began
+        # after they were gone, then a refill of the pools that began after those.
+        gone = time.time()
+        await eventually(lambda: syncs.since(gone) >= 2, 30, "two snapshot-pool syncs after the replicas were gone")
+        synced = time.time()
+        await eventually(lambda: refills.since(synced) >= 1, 30, "a refill of the pools after those syncs")
         assert await replicas_gone(), "replicas of a deleted snapshot were started again"
         assert set(await service.pools.sizes()) == {kept_pool}
 
@@ -181,8 +209,10 @@ async def test_container_killed_from_outside(service: SandboxService, auto_recov
     assert record is not None
     first = record["instance"]
     lifecycle = Lifecycle(service, FAST, logger=LOGGER)
+    rounds = Passes(lifecycle, "check_health")
     async with running(lifecycle):
-        await asyncio.sleep(0.5)
+        # Killed once the lifecycle leads and has seen it healthy: a later round is the one that notices.
+        await eventually(lambda: rounds.began, 10, "a first health round")
         container = service.backend.client.containers.get(service.backend.container_name(first))  # type: ignore[attr-defined]
         await asyncio.to_thread(container.kill)
 
@@ -207,11 +237,14 @@ async def _alive(service: SandboxService, sandbox_id: str) -> bool:
 async def test_ttl_expiry_reclaims_and_renew_extends(service: SandboxService) -> None:
     info = await service.create(ALICE, _spec(ttl_s=3))
     lifecycle = Lifecycle(service, FAST, logger=LOGGER)
+    expiries = Passes(lifecycle, "expire_leases")
     async with running(lifecycle):
+        # A duration, not a wait for a state: the client renews halfway through its 3 s lease, as one on a timer would.
         await asyncio.sleep(1.5)
         renewed = await service.renew(ALICE, info.id, ttl_s=4)
         assert renewed.expires_at > info.expires_at + 1
-        await asyncio.sleep(2.5)  # past the first ttl
+        # Past the first ttl: a pass of lease expiry that began after it has left the renewed sandbox alone.
+        await eventually(lambda: expiries.since(info.expires_at) >= 1, 10, "a lease-expiry pass past the first ttl")
         assert (await _sh(service, info.id, "echo alive"))[1] == "alive\n"
         record = await service.store.get("sandboxes", info.id)
         assert record is not None

@@ -8,6 +8,7 @@ Screenshots of every page land in the test's tmp dir and, for a look while devel
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -66,6 +67,7 @@ def _settled(read: Callable[[], T | None], ready: Callable[[T], bool]) -> Callab
 class Server:
     url: str
     http: httpx.Client
+    log: Path
 
     def ok(self, response: httpx.Response) -> Any:
         assert response.status_code < 300, f"{response.status_code}: {response.text}"
@@ -91,6 +93,15 @@ class Server:
         values = dict(line.split("=", 1) for line in out.split())
         return int(values["X"]), int(values["Y"])
 
+    def dropped_input(self, sandbox_id: str, *, since: int) -> list[int]:
+        """How many input messages each view-only VNC session of ``sandbox_id`` dropped, for the sessions that ended
+        after the log's first ``since`` bytes: the server logs it when such a session ends (if it dropped any)."""
+        with self.log.open("rb") as log:
+            log.seek(since)
+            text = log.read().decode(errors="replace")
+        pattern = rf"view-only VNC session of sandbox {re.escape(sandbox_id)}: dropped (\d+) input messages"
+        return [int(n) for n in re.findall(pattern, text)]
+
 
 @pytest.fixture(scope="module")
 def server(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
@@ -102,7 +113,7 @@ def server(backend: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     with started(process):
         http = httpx.Client(base_url=process.http_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
         try:
-            yield Server(process.http_url, http)
+            yield Server(process.http_url, http, process.log)
         finally:
             http.close()
 
@@ -169,7 +180,12 @@ def open_window(server: Server, sandbox_id: str, title: str, args: str) -> tuple
         return int(values["X"]), int(values["Y"]), int(values["WIDTH"]), int(values["HEIGHT"])
 
     found: tuple[int, int, int, int] = _wait_for(f"window {title}", _settled(geometry, lambda g: g[2] > 1 and g[3] > 1))
-    time.sleep(0.5)  # let it draw
+    x, y, w, h = found
+
+    def pixels() -> bytes:
+        return server.screenshot(sandbox_id).crop((x, y, x + w, y + h)).tobytes()
+
+    _wait_for(f"window {title} drawn", _settled(pixels, lambda _: True))  # its pixels read the same twice
     return found
 
 
@@ -274,12 +290,22 @@ def test_take_control_drives_the_sandbox_and_view_only_does_not(
     assert server.pointer(sandbox_id) == park
 
     # View only: even a page that turns its own view-only switch off reaches nothing.
+    log_size = server.log.stat().st_size
     viewer = browser.new_context(viewport={"width": 1500, "height": 900}).new_page()
     connect(viewer, server, server.ticket(sandbox_id)["url"])
     viewer.evaluate("window.sandboxView.rfb.viewOnly = false")
     click_canvas(viewer, *target)
-    viewer.keyboard.type("from the viewer\n")
-    time.sleep(1.5)
+    keys = "from the viewer\n"
+    viewer.keyboard.type(keys)
+    # The session ends cleanly (the socket closes after what was sent), and the server logs then how many input
+    # messages it dropped: once that is all the page sent (a key press and release a character, the click's press
+    # and release at least), every one has passed the server's filter and none is still on its way.
+    viewer.evaluate("window.sandboxView.rfb.disconnect()")
+    sent = 2 * len(keys) + 2
+    _wait_for(
+        f"the server's word that the view-only session's {sent}+ input messages were dropped",
+        lambda: any(n >= sent for n in server.dropped_input(sandbox_id, since=log_size)),
+    )
     assert server.pointer(sandbox_id) == park, "a view-only session moved the pointer"
     assert server.exec(sandbox_id, "cat /workspace/typed.txt")["stdout"] == "", "a view-only session typed"
     viewer.context.close()
@@ -297,7 +323,7 @@ def test_take_control_drives_the_sandbox_and_view_only_does_not(
     assert typed == "from the page\n"
     _wait_for("the move to show in recent actions", lambda: driver.locator("#actions li").count() > 0)
     assert "move" in driver.locator("#actions").inner_text()
-    time.sleep(0.5)
+    time.sleep(0.5)  # nothing is asserted after it: the page paints its last frame for the screenshot kept for a look
     shoot(driver, tmp_path, "sandbox-control")
     driver.context.close()
 
