@@ -16,12 +16,14 @@ setup:  ## install Debian packages, start dockerd, make the venv, build the imag
 
 images: setup
 
-run: setup  ## set up, start the control plane, run the demo against it (watch it in the web view), serve until Ctrl-C
+# The control plane runs in a process group of its own (set -m): Ctrl-C (or a closed terminal) reaches `sandbox demo
+# live`, which deletes its sandboxes through the control plane, and then the EXIT trap stops the control plane.
+run: setup  ## set up, start the control plane, run the demo against it, keep 3 sandboxes live in the web view until Ctrl-C
 	@set -uo pipefail; \
 	log=$${TMPDIR:-/tmp}/sandbox-server.log; \
-	$(VENV)/bin/sandbox server --log-format text >"$$log" 2>&1 & pid=$$!; \
+	set -m; $(VENV)/bin/sandbox server --log-format text >"$$log" 2>&1 & pid=$$!; set +m; \
 	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid 2>/dev/null; echo "==> control plane stopped"' EXIT; \
-	trap 'exit 130' INT TERM; \
+	trap 'exit 130' INT TERM HUP; \
 	up() { $(PY) -c 'import sys, httpx; sys.exit(httpx.get(sys.argv[1], timeout=1).status_code != 200)' \
 	    "$(RUN_HTTP)/healthz" 2>/dev/null; }; \
 	for i in $$(seq 120); do up && break; kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; \
@@ -29,7 +31,10 @@ run: setup  ## set up, start the control plane, run the demo against it (watch i
 	echo "==> control plane up (pid $$pid, gRPC 127.0.0.1:50051, log $$log)"; \
 	echo "==> web view: $(RUN_HTTP)/view   (open it to watch the rollouts)"; \
 	$(VENV)/bin/sandbox demo $(DEMO_ARGS) || echo "==> demo: some episodes failed (see above)"; \
+	cli=$$(bash scripts/link_cli.sh --how); \
+	echo "==> CLI: $$cli ls, $$cli shot <id> -o screen.png, $$cli --help"; \
 	echo "==> serving: web view $(RUN_HTTP)/view, REST $(RUN_HTTP)/docs, gRPC 127.0.0.1:50051; Ctrl-C stops it"; \
+	$(VENV)/bin/sandbox demo live --view "$(RUN_HTTP)/view" || echo "==> no live sandboxes (see above)"; \
 	wait $$pid
 
 lint:

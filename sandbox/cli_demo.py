@@ -5,6 +5,9 @@ Each of ``concurrency`` workers keeps one sandbox per kind and resets it to its 
 does: the first reset to a task runs its setup and snapshots it, later ones swap a warm replica in. Display kinds
 step with a screenshot, as an agent that looks at the screen would. :func:`run_demo` is the same without the
 command (the bench's ``tasks`` section uses it).
+
+``sandbox demo live`` (``make run`` runs it after the demo) keeps a desktop, a browser showing a game and a terminal
+running for the web view until SIGINT, SIGTERM or SIGHUP, then deletes them (:func:`start_live`, :func:`hold_live`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,8 +27,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sandbox.cli_errors import fail
-from sandbox.errors import SandboxError
+from sandbox.cli_errors import EXIT_ERROR, fail
+from sandbox.errors import NotFound, SandboxError
 
 if TYPE_CHECKING:
     from sandbox.client import AsyncClient, AsyncSandbox
@@ -230,6 +234,7 @@ def summary(stats: DemoStats) -> Table:
 
 @demo_app.callback(invoke_without_command=True)
 def demo(
+    ctx: typer.Context,
     episodes: Annotated[int | None, typer.Option("-n", "--episodes", help="Episodes (default: 2 per task).")] = None,
     concurrency: Annotated[int, typer.Option("-c", "--concurrency", help="Episodes at a time.")] = 4,
     tasks: Annotated[Path, typer.Option(help="Folder of tasks with <id>.solution.jsonl beside them.")] = Path("tasks"),
@@ -242,6 +247,8 @@ def demo(
     """Run scripted rollouts of the sample tasks (their reference solutions) in parallel, with live progress, and
     print the success rate, episodes/s, steps/s and the p50/p99 step and reset latencies. Open the web view
     meanwhile to watch them."""
+    if ctx.invoked_subcommand is not None:
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from sandbox.client import AsyncClient
@@ -301,3 +308,132 @@ def demo(
         err_console.print(f"[red]error[/red]: {escape(error)}", soft_wrap=True)
     if stats.errors:
         raise typer.Exit(1)
+
+
+LIVE_KINDS = ("desktop", "browser", "terminal")
+LIVE_LABELS = {"sandbox.demo": "live"}
+LIVE_GAME, LIVE_SEED = "tiles", 7
+LIVE_LEASE_S = 600.0
+"""The live sandboxes' lease, renewed every ``LIVE_RENEW_S`` while they are held: a holder killed without a chance
+to delete them (SIGKILL) leaves them for this long at most."""
+LIVE_RENEW_S = 60.0
+DEFAULT_VIEW = "http://127.0.0.1:8080/view"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What ends ``sandbox demo live``: Ctrl-C, a kill, a closed terminal."""
+LIVE_PAGE_CLICK = {"type": "click", "x": 1000, "y": 700}
+"""A click on the game's page, clear of the game, that gives it the keyboard."""
+LIVE_SHELL_GREETING = "echo 'a live terminal sandbox: sandbox exec <id> -- CMD'; uname -srm; ls -la /workspace"
+
+
+async def start_live(client: AsyncClient) -> list[AsyncSandbox]:
+    """One sandbox of each of ``LIVE_KINDS``, made at once, the browser showing the game ``LIVE_GAME`` and the
+    terminal a command's output: all of them, or none (what was made is deleted and the first error raised)."""
+    from sandbox.games import GAMES
+
+    spec: dict[str, Any] = {"labels": LIVE_LABELS, "ttl_s": LIVE_LEASE_S}
+    made = await asyncio.gather(*(client.create(kind, **spec) for kind in LIVE_KINDS), return_exceptions=True)
+    sandboxes = [sb for sb in made if not isinstance(sb, BaseException)]
+    try:
+        failed = next((e for e in made if isinstance(e, BaseException)), None)
+        if failed is not None:
+            raise failed
+        browser, terminal = (sandboxes[LIVE_KINDS.index(kind)] for kind in ("browser", "terminal"))
+        await browser.step({"type": "navigate", "url": GAMES[LIVE_GAME].url(seed=LIVE_SEED)})
+        await browser.step(LIVE_PAGE_CLICK)  # the keyboard to the page, off the address bar, for the VNC session
+        await terminal.exec(LIVE_SHELL_GREETING)  # something on its thumbnail
+    except BaseException:
+        await close_live(sandboxes)
+        raise
+    return sandboxes
+
+
+async def hold_live(sandboxes: list[AsyncSandbox], stop: asyncio.Event, *, renew_s: float = LIVE_RENEW_S) -> None:
+    """Renew the sandboxes' leases every ``renew_s`` until ``stop`` is set; a sandbox deleted meanwhile (from the
+    web view, ``sandbox rm``) is dropped from ``sandboxes``, and with none left this returns."""
+    while sandboxes and not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), renew_s)
+        if stop.is_set():
+            return
+        for sandbox in list(sandboxes):
+            try:
+                await sandbox.renew(LIVE_LEASE_S)
+            except NotFound:
+                sandboxes.remove(sandbox)
+                console.print(f"==> {_kind(sandbox)} {sandbox.id} is gone (deleted elsewhere)", highlight=False)
+
+
+async def close_live(sandboxes: list[AsyncSandbox]) -> dict[str, bool]:
+    """Delete them all at once, one that cannot be deleted (said on stderr) keeping none of the others: id ->
+    deleted."""
+    results = await asyncio.gather(*(sb.close() for sb in sandboxes), return_exceptions=True)
+    for sandbox, result in zip(sandboxes, results, strict=True):
+        if isinstance(result, BaseException):
+            err_console.print(f"[red]error[/red]: could not delete {sandbox.id}: {escape(str(result))}")
+    return {sb.id: not isinstance(result, BaseException) for sb, result in zip(sandboxes, results, strict=True)}
+
+
+async def live_session(
+    client: AsyncClient, stop: asyncio.Event, *, view: str = DEFAULT_VIEW, renew_s: float = LIVE_RENEW_S
+) -> dict[str, bool]:
+    """``sandbox demo live`` without the signals: start the live sandboxes, say where they are, hold them until
+    ``stop`` is set (or every one was deleted elsewhere), then delete those left: id -> deleted."""
+    from sandbox.games import GAMES
+
+    sandboxes = await start_live(client)
+    try:
+        if not stop.is_set():
+            what = {
+                "desktop": "its panel opens a terminal, in the web view's VNC session",
+                "browser": f"{GAMES[LIVE_GAME].title} (seed {LIVE_SEED}): arrow keys in the VNC session",
+                "terminal": "a shell: sandbox exec <id> -- ls",
+            }
+            say = f"==> {len(sandboxes)} sandboxes stay live for the web view until Ctrl-C: {view}"
+            console.print(say, highlight=False, soft_wrap=True)
+            for sandbox in sandboxes:
+                line = f"    {_kind(sandbox):<9} {sandbox.id}   {what.get(_kind(sandbox), '')}"
+                console.print(line, highlight=False, soft_wrap=True)
+            await hold_live(sandboxes, stop, renew_s=renew_s)
+    except BaseException:
+        await close_live(sandboxes)
+        raise
+    return await close_live(sandboxes)
+
+
+def _kind(sandbox: AsyncSandbox) -> str:
+    return sandbox.info.kind.value
+
+
+@demo_app.command("live")
+def live(
+    target: Annotated[str, typer.Option("--target", envvar="SANDBOX_TARGET", help="gRPC address.")] = DEFAULT_TARGET,
+    token: Annotated[str | None, typer.Option("--token", envvar="SANDBOX_TOKEN", help="Bearer token.")] = None,
+    view: Annotated[str, typer.Option("--view", help="The web view's URL, to print.")] = DEFAULT_VIEW,
+) -> None:
+    """Keep a desktop, a browser showing a game and a terminal running for the web view until Ctrl-C.
+
+    Their thumbnails and VNC sessions are in the web view; at Ctrl-C (SIGINT), SIGTERM or SIGHUP they are deleted.
+    Their leases are renewed meanwhile, so a holder killed outright leaves them for 10 minutes at most."""
+    from sandbox.client import AsyncClient
+
+    async def go() -> dict[str, bool]:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:  # and a second Ctrl-C does not cut the deletion short
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            async with AsyncClient(target, token=token, timeout=600) as client:
+                return await live_session(client, stop, view=view)
+        finally:
+            for signum in STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
+
+    try:
+        deleted = asyncio.run(go())
+    except SandboxError as e:
+        fail(e)
+    if any(deleted.values()):
+        ids = ", ".join(i for i, done in deleted.items() if done)
+        console.print(f"==> deleted the live sandboxes: {ids}", highlight=False, soft_wrap=True)
+    if not all(deleted.values()):  # said on stderr
+        raise typer.Exit(EXIT_ERROR)

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Prepares this machine for development and tests: Debian packages, a running dockerd, the virtualenv and the
-# sandbox images (every kind's and every variant's, e.g. terminal-jupyter: `sandbox images build` with no kind).
+# Prepares this machine for development and tests: Debian packages, a running dockerd, the virtualenv, the `sandbox`
+# command on the PATH (a link, where nothing else is in its place) and the sandbox images (every kind's and every
+# variant's, e.g. terminal-jupyter: `sandbox images build` with no kind).
 # Idempotent; one line per step when there is nothing to do.
 #   SANDBOX_SKIP_IMAGES=1   skip building the images
+#   SANDBOX_BIN_DIR=DIR     where to link the `sandbox` command (default /usr/local/bin; scripts/link_cli.sh)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=$ROOT/.venv
 STAMP=$VENV/.installed
-DEB_PACKAGES=(docker.io mmdebstrap redis-server chromium xvfb x11vnc novnc websockify python3-venv make git docker-registry adb)
+DEB_PACKAGES=(docker.io mmdebstrap redis-server chromium xvfb x11vnc novnc websockify python3-venv make git docker-registry adb curl)
 DOCKERD_LOG=/var/log/sandbox-dockerd.log
 DOCKERD_PIDFILE=/var/run/sandbox-dockerd.pid
 DOCKERD_WAIT=60
@@ -125,6 +127,10 @@ setup_venv() {
     touch "$STAMP"
 }
 
+link_cli() { # `sandbox` on the PATH, when that can be done without replacing anything
+    bash "$ROOT/scripts/link_cli.sh"
+}
+
 generate_stubs() {
     step "grpc stubs: generating from proto/"
     bash "$ROOT/scripts/gen_proto.sh" >/dev/null
@@ -148,5 +154,6 @@ configure_dockerd
 start_dockerd
 ensure_live_restore
 setup_venv
+link_cli
 generate_stubs
 build_images

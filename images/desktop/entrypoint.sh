@@ -1,6 +1,7 @@
 #!/bin/bash
-# Desktop sandbox: session bus, Xvfb, openbox, x11vnc (localhost:5900), then the agent.
-# Runs under docker-init as the sandbox user.
+# Desktop sandbox: session bus, Xvfb, the wallpaper and the panel, openbox, x11vnc (localhost:5900), then the agent.
+# Runs under docker-init as the sandbox user. SANDBOX_DESKTOP_PLAIN=1 (the spec's env): no wallpaper and no panel,
+# a black screen with the window manager only.
 set -u
 SANDBOX_KIND="${SANDBOX_KIND:-desktop}"
 # shellcheck source=images/common/lib.sh
@@ -22,11 +23,29 @@ start_session_bus() {
     say "session bus did not come up within 5s"
 }
 
+DESKTOP_DIR=/opt/sandbox/desktop # look.py (the wallpaper), tint2rc (the panel), applications/ (its launchers)
+
+start_session_look() { # the wallpaper and the panel (tint2rc: launchers and a clock), drawn before the window manager
+    # starts, so the desktop's first screenshot (the agent reports healthy once the window manager is up) shows them;
+    # openbox takes in the windows already mapped when it starts
+    local desktops
+    [[ ${SANDBOX_DESKTOP_PLAIN:-0} == 1 ]] && return 0
+    # tint2 waits for a window manager's _NET_NUMBER_OF_DESKTOPS, checking once a second, and openbox keeps the
+    # root window's value when it starts: the value of openbox's configuration lets the panel start first.
+    desktops=$(sed -n 's:.*<number>\([0-9]\+\)</number>.*:\1:p' /etc/xdg/openbox/rc.xml 2>/dev/null | head -n 1)
+    xprop -root -f _NET_NUMBER_OF_DESKTOPS 32c -set _NET_NUMBER_OF_DESKTOPS "${desktops:-4}"
+    # The panel's window has no _NET_WM_PID, so a snapshot's autostart list never records it (no second panel).
+    start panel tint2 -c "$DESKTOP_DIR/tint2rc"
+    python3 "$DESKTOP_DIR/look.py" --wait 3 >>"$LOG_DIR/look.log" 2>&1 ||
+        say "no wallpaper, or no panel drawn (see $LOG_DIR/panel.log): $(tail -c 300 "$LOG_DIR/look.log")"
+}
+
 begin
 start_session_bus
 prepare_chromium_profile || say "could not write the Chromium preferences"
 if start_x; then
     start_agent # now, so its start-up overlaps the window manager's; it reports healthy once both are up
+    start_session_look
     start_wm
     start_vnc
     run_autostart
