@@ -433,7 +433,7 @@ def preview_url(
     token: TokenOpt = None,
 ) -> None:
     """Print a preview URL: HTTP and websockets to PORT inside the sandbox, through the control plane."""
-    from sandbox.preview_models import UrlRequest
+    from sandbox.models.preview import UrlRequest
     from sandbox.wire.convert import validate
 
     try:

@@ -42,7 +42,7 @@ from sandbox.api.preview_rewrite import PREVIEW_COOKIE, request_headers, respons
 from sandbox.api.preview_ws import relay_websocket
 from sandbox.api.rest.errors import error_response
 from sandbox.errors import SandboxError, Unauthenticated
-from sandbox.preview_models import ListeningPort, PortUrl, UrlRequest
+from sandbox.models.preview import ListeningPort, PortUrl, UrlRequest
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.service.preview import port_path, port_url
 from sandbox.service.tickets import TicketIssuer

@@ -13,7 +13,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from sandbox.errors import InvalidArgument, PermissionDenied
 from sandbox.models import Key, SandboxKind, TypeText
-from sandbox.models_android import Swipe, Tap
+from sandbox.models.android import Swipe, Tap
 from sandbox.service import SandboxService
 from sandbox.service.tickets import TicketGrant
 

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from sandbox import models
 from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.errors import InternalError, InvalidArgument, NotFound, SandboxError
-from sandbox.preview_models import UrlRequest
+from sandbox.models.preview import UrlRequest
 from sandbox.step_batches import check_step_batch
 from sandbox.wire import convert
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb

@@ -31,7 +31,7 @@ from sandbox.models import (
     SandboxState,
     Screenshot,
 )
-from sandbox.models_android import ANDROID_ACTIONS, ANDROID_REFUSED
+from sandbox.models.android import ANDROID_ACTIONS, ANDROID_REFUSED
 from sandbox.observability.metrics import Metrics
 from sandbox.service.activity import Activity
 from sandbox.service.auth import Principal

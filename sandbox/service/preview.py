@@ -6,7 +6,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass, field
 
-from sandbox.preview_models import PortUrl
+from sandbox.models.preview import PortUrl
 from sandbox.service.acting import check_user_port
 from sandbox.service.auth import Principal
 from sandbox.service.service import SandboxService

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_valid
 from sandbox import models
 from sandbox.errors import InvalidArgument
 from sandbox.memo import IdentityMemo, Memo
-from sandbox.preview_models import PortUrl, UrlRequest
+from sandbox.models.preview import PortUrl, UrlRequest
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 
 M = TypeVar("M", bound=BaseModel)

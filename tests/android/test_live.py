@@ -71,7 +71,7 @@ async def test_android_actions_and_the_sample_task(agent: object) -> None:
     """The step API's android actions as the service sends them (model dumps), and the sample task's setup and
     evaluator through the agent, as the service runs them."""
     from sandbox.models import SandboxKind, SandboxSpec
-    from sandbox.models_android import LongPress, OpenApp, Swipe, Tap
+    from sandbox.models.android import LongPress, OpenApp, Swipe, Tap
     from sandbox.service.task_runtime import AgentRuntime
     from sandbox.tasks import Task, evaluate, run_setup
 

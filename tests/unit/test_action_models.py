@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 
 from sandbox.errors import InvalidArgument
 from sandbox.models import Action, Click, Exec, Scroll
-from sandbox.models_android import Swipe
+from sandbox.models.android import Swipe
 from sandbox.wire import convert
 
 

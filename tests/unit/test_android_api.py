@@ -17,7 +17,7 @@ import pytest_asyncio
 from sandbox.client import AsyncClient, AsyncSandbox
 from sandbox.errors import FailedPrecondition, InvalidArgument
 from sandbox.models import Click, Hotkey, Key, KeyDown, KeyUp, MouseDown, MouseUp, Navigate, TypeText
-from sandbox.models_android import LongPress, OpenApp, Swipe, Tap
+from sandbox.models.android import LongPress, OpenApp, Swipe, Tap
 from sandbox.tasks import Task
 from tests.unit.android_fakes import FakeAdbServer, FakeConsole
 from tests.unit.conftest import ALPHA
@@ -224,6 +224,6 @@ async def test_a_reset_the_emulator_cannot_do_replaces_the_instance(
 
 def test_the_service_refuses_what_the_table_refuses() -> None:
     from sandbox.agent.android.mapping import MAPPING
-    from sandbox.models_android import ANDROID_REFUSED
+    from sandbox.models.android import ANDROID_REFUSED
 
     assert {name for name, what in MAPPING.items() if what.startswith("refused")} == set(ANDROID_REFUSED)

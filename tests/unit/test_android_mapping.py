@@ -9,9 +9,10 @@ from typing import Any, get_args
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from sandbox import models, models_android
+from sandbox import models
 from sandbox.agent.android.mapping import ANDROID_KEYS, ANDROID_ONLY, MAPPING, Op, translate
 from sandbox.agent.errors import AgentError
+from sandbox.models import android as models_android
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "android.md"
 

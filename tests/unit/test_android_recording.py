@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from sandbox.cli import app
 from sandbox.client import AsyncClient, AsyncSandbox
 from sandbox.errors import FailedPrecondition, NotFound
-from sandbox.models_android import Tap
+from sandbox.models.android import Tap
 from sandbox.service import SandboxService
 from sandbox.tasks import Task
 from tests.polling import eventually

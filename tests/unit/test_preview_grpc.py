@@ -23,7 +23,7 @@ from sandbox.api.rest import create_app
 from sandbox.cli import app as cli
 from sandbox.client import AsyncClient, AsyncSandbox, Client
 from sandbox.errors import InvalidArgument, NotFound
-from sandbox.preview_models import PortUrl, UrlRequest
+from sandbox.models.preview import PortUrl, UrlRequest
 from sandbox.server import ServerSettings
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.service.preview import PreviewLinks, http_base_url

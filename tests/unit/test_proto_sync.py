@@ -16,8 +16,9 @@ import pytest
 from google.protobuf.descriptor import Descriptor
 from pydantic import BaseModel
 
-from sandbox import models, models_android
+from sandbox import models
 from sandbox.errors import InvalidArgument
+from sandbox.models import android as models_android
 from sandbox.wire import convert
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 
@@ -39,6 +40,7 @@ MIRRORED: dict[str, type[BaseModel]] = {
     "FileInfo": models.FileInfo,
     "HealthCheck": models.HealthCheck,
     "Health": models.Health,
+    "PortUrl": models.PortUrl,
 }
 ENUMS = {"SandboxKind": models.SandboxKind, "SandboxState": models.SandboxState, "NetworkPolicy": models.NetworkPolicy}
 

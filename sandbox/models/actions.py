@@ -9,8 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from sandbox.model_base import Button, Coord, Model, _Action
-from sandbox.model_rules import (
+from sandbox.models.android import LongPress, OpenApp, Swipe, Tap
+from sandbox.models.base import Button, Coord, Model, _Action
+from sandbox.models.rules import (
     COMMAND,
     MOUNT_PATH,
     SNAPSHOT_NAME,
@@ -20,7 +21,6 @@ from sandbox.model_rules import (
     EnvValue,
     keys_must_match,
 )
-from sandbox.models_android import LongPress, OpenApp, Swipe, Tap
 
 MAX_LEASE_S = 7 * 24 * 3600
 """The longest lease (seconds): the limit of ``SandboxSpec.ttl_s`` and ``idle_timeout_s``, and of a renewal."""

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from sandbox.model_base import Coord, _Action
+from sandbox.models.base import Coord, _Action
 
 
 class Tap(_Action):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from sandbox.models import Model
+from sandbox.models.base import Model
 
 
 class UrlRequest(Model):

@@ -1,5 +1,5 @@
 """What every model, and every action model, is made of: shared by :mod:`sandbox.models` and
-:mod:`sandbox.models_android` (whose actions join ``models.Action``)."""
+:mod:`sandbox.models.android` (whose actions join ``models.Action``)."""
 
 from __future__ import annotations
 
