@@ -3,16 +3,15 @@ validated by these classes. ``from sandbox.models import X`` finds every public 
 
 - :mod:`~sandbox.models.base`: what every model and action model is made of (``Model``, coordinates, buttons)
 - :mod:`~sandbox.models.rules`: the patterns of names and paths, stated in the JSON Schema too
+- :mod:`~sandbox.models.spec`: what a sandbox is asked to be (``SandboxSpec``) and is (``SandboxInfo``, snapshots)
 - :mod:`~sandbox.models.actions`: what a step takes (computer, page, OSWorld actions; ``Action``)
 - :mod:`~sandbox.models.android`: the android sandbox's own actions, members of ``Action``
+- :mod:`~sandbox.models.results`: what the platform answers (``Observation``, ``ExecResult``, ``Health``, ...)
 - :mod:`~sandbox.models.preview`: the bodies of preview URLs
 """
 
 from sandbox.models.actions import (
-    ANDROID_MEMORY_MB,
     COMPUTER_ACTIONS,
-    GROUP_MAX,
-    MAX_LEASE_S,
     OSWORLD_WAIT_S,
     PAGE_ACTIONS,
     Action,
@@ -23,11 +22,7 @@ from sandbox.models.actions import (
     Drag,
     Evaluate,
     Exec,
-    ExecResult,
     Fail,
-    FileInfo,
-    Health,
-    HealthCheck,
     Hotkey,
     Key,
     KeyDown,
@@ -36,26 +31,15 @@ from sandbox.models.actions import (
     MouseUp,
     Move,
     Navigate,
-    NetworkPolicy,
-    Observation,
     PageClick,
     PageClose,
     PageId,
     PageKey,
     PageOpen,
     Pyautogui,
-    Resources,
     RightClick,
-    SandboxInfo,
-    SandboxKind,
-    SandboxSpec,
-    SandboxState,
-    Screenshot,
-    ScreenSize,
     Scroll,
-    SnapshotInfo,
     TypeText,
-    VolumeMount,
     Wait,
 )
 from sandbox.models.android import (
@@ -70,6 +54,28 @@ from sandbox.models.android import (
 )
 from sandbox.models.base import Button, Coord, Model
 from sandbox.models.preview import ListeningPort, PortUrl, UrlRequest
+from sandbox.models.results import (
+    ExecResult,
+    FileInfo,
+    Health,
+    HealthCheck,
+    Observation,
+    Screenshot,
+)
+from sandbox.models.spec import (
+    ANDROID_MEMORY_MB,
+    GROUP_MAX,
+    MAX_LEASE_S,
+    NetworkPolicy,
+    Resources,
+    SandboxInfo,
+    SandboxKind,
+    SandboxSpec,
+    SandboxState,
+    ScreenSize,
+    SnapshotInfo,
+    VolumeMount,
+)
 
 __all__ = [
     "ANDROID_ACTIONS",

@@ -1,5 +1,5 @@
-"""What every model, and every action model, is made of: shared by :mod:`sandbox.models` and
-:mod:`sandbox.models.android` (whose actions join ``models.Action``)."""
+"""What every model, and every action model, is made of: shared by the modules of :mod:`sandbox.models` (the
+android actions of :mod:`sandbox.models.android` join ``Action`` in :mod:`sandbox.models.actions`)."""
 
 from __future__ import annotations
 

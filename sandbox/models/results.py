@@ -1,0 +1,71 @@
+"""What the platform answers: an observation (screenshot, exec result, page, reward, episode info), an exec's
+result, a file's listing entry, a health report."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from sandbox.models.base import Model
+
+
+class ExecResult(Model):
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ms: float = 0.0
+    session_restarted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class Screenshot(Model):
+    # In JSON (REST bodies, model_dump_json) the image travels as URL-safe base64 (RFC 4648 section 5).
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+    data: bytes = Field(repr=False)
+    width: int
+    height: int
+    format: Literal["png", "jpeg"]
+
+
+class FileInfo(Model):
+    name: str
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mode: int
+    mtime: float
+
+
+class HealthCheck(Model):
+    ok: bool
+    detail: str
+
+
+class Health(Model):
+    ok: bool
+    checks: dict[str, HealthCheck]
+
+    @property
+    def failures(self) -> dict[str, str]:
+        return {name: c.detail for name, c in self.checks.items() if not c.ok}
+
+
+class Observation(Model):
+    screenshot: Screenshot | None = None
+    exec: ExecResult | None = None
+    url: str | None = None
+    title: str | None = None
+    value: Any = None
+    cursor: tuple[int, int] | None = None
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    reward: float | None = None
+    done: bool = False
+    info: dict[str, Any] = Field(default_factory=dict)
