@@ -27,7 +27,7 @@ from sandbox import models
 from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.errors import InternalError, InvalidArgument, NotFound, SandboxError
 from sandbox.models.preview import UrlRequest
-from sandbox.step_batches import check_step_batch
+from sandbox.models.step_batch import check_step_batch
 from sandbox.wire import convert
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.limits import MESSAGE_SIZE_OPTIONS, call_deadline

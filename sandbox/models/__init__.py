@@ -8,6 +8,8 @@ validated by these classes. ``from sandbox.models import X`` finds every public 
 - :mod:`~sandbox.models.android`: the android sandbox's own actions, members of ``Action``
 - :mod:`~sandbox.models.results`: what the platform answers (``Observation``, ``ExecResult``, ``Health``, ...)
 - :mod:`~sandbox.models.preview`: the bodies of preview URLs
+- :mod:`~sandbox.models.step_batch`: what makes a batch of steps (``StepMany``) well-formed, for the SDK and the
+  service alike
 """
 
 from sandbox.models.actions import (

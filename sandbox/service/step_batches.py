@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 from sandbox.errors import InternalError, SandboxError
 from sandbox.models import Action, Observation
 from sandbox.service.auth import Principal
-from sandbox.step_batches import check_step_batch
+from sandbox.models.step_batch import check_step_batch
 
 
 class StepOrder(NamedTuple):

@@ -19,7 +19,7 @@ from sandbox.api import grpc_batches
 from sandbox.client import AsyncClient, AsyncSandbox, Client
 from sandbox.errors import InvalidArgument, NotFound, ResourceExhausted
 from sandbox.models import Observation
-from sandbox.step_batches import STEP_BATCH_MAX
+from sandbox.models.step_batch import STEP_BATCH_MAX
 from sandbox.wire import convert
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc

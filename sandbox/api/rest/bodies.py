@@ -10,8 +10,8 @@ from pydantic import ConfigDict, Field, StrictBool
 from sandbox.api.contract import ErrorDetail
 from sandbox.capacity.report import WaitingCall
 from sandbox.models import GROUP_MAX, Action, FileInfo, Model, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
+from sandbox.models.step_batch import STEP_BATCH_MAX
 from sandbox.service.snapshots import MAX_WARM, SNAPSHOT_NAME
-from sandbox.step_batches import STEP_BATCH_MAX
 from sandbox.trajectories.models import TrajectoryInfo
 
 

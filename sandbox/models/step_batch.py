@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sandbox.errors import InvalidArgument
-from sandbox.models import GROUP_MAX
+from sandbox.models.spec import GROUP_MAX
 
 STEP_BATCH_MAX = GROUP_MAX
 """The most steps one batch carries: as many as one group create makes."""
