@@ -6,7 +6,7 @@ runs its setup and takes that snapshot; and the rate of ``sandbox demo``'s scrip
   every swap since a snapshot keeps no memory). The setup path is timed on copies of the task whose first command
   differs (``true # <n>``), so each one is new to the platform; their snapshots are deleted at once. The warm path
   resets one sandbox to the task again and again, the platform settled between resets (the replica refilled).
-- **Demo.** :func:`sandbox.cli_demo.run_demo` over the sample tasks with their reference solutions, 4 at a time,
+- **Demo.** :func:`sandbox.cli.demo.run_demo` over the sample tasks with their reference solutions, 4 at a time,
   after one untimed pass that makes every task's snapshot: episodes/s and steps/s, the share that scored 1.
 """
 
@@ -21,7 +21,7 @@ from bench import BenchError
 from bench.harness import QUIET_S, Bench, Platform, SectionResult
 from bench.report import Row, Target
 from bench.stats import Summary, Value, speedup
-from sandbox.cli_demo import load_scripted, run_demo
+from sandbox.cli.demo import load_scripted, run_demo
 from sandbox.tasks.model import Task
 
 NAME = "tasks"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sandbox.cli_demo import OPT_IN_KINDS, load_scripted
+from sandbox.cli.demo import OPT_IN_KINDS, load_scripted
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 

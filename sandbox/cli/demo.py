@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sandbox.cli_errors import EXIT_ERROR, fail
+from sandbox.cli.common import EXIT_ERROR, fail
 from sandbox.errors import NotFound, SandboxError
 
 if TYPE_CHECKING:

@@ -14,12 +14,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sandbox.cli_capacity import capacity, waiting_table
-from sandbox.cli_demo import demo_app
-from sandbox.cli_errors import fail as _fail
-from sandbox.cli_errors import guarded
-from sandbox.cli_tasks import task_app
-from sandbox.cli_trajectories import trajectory_app
+from sandbox.cli.capacity import capacity, waiting_table
+from sandbox.cli.common import fail as _fail
+from sandbox.cli.demo import demo_app
+from sandbox.cli.tasks import task_app
+from sandbox.cli.trajectories import trajectory_app
 from sandbox.errors import SandboxError
 from sandbox.models import GROUP_MAX
 from sandbox.observability.logs import LogFormat
@@ -447,7 +446,3 @@ def preview_url(
     except SandboxError as e:
         _fail(e)
     sys.stdout.write(url + "\n")  # not rich: a long URL must not wrap
-
-
-def main() -> None:
-    guarded(app)

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from sandbox.cli_errors import fail
+from sandbox.cli.common import fail
 from sandbox.errors import SandboxError
 
 task_app = typer.Typer(help="Tasks (OSWorld's task JSON): check files, run an episode.", no_args_is_help=True)

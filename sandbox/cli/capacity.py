@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sandbox.capacity.report import CapacityReport, Resources, WaitingCall
-from sandbox.cli_errors import fail
+from sandbox.cli.common import fail
 from sandbox.errors import SandboxError
 
 console = Console()

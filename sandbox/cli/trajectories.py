@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sandbox.cli_errors import fail as _fail
+from sandbox.cli.common import fail as _fail
 from sandbox.errors import SandboxError
 
 trajectory_app = typer.Typer(
