@@ -4,17 +4,12 @@ and the waiting table ``sandbox ls`` prints under the sandboxes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
 
-import typer
-from rich.console import Console
 from rich.table import Table
 
 from sandbox.capacity.report import CapacityReport, Resources, WaitingCall
-from sandbox.cli.common import fail
+from sandbox.cli.common import DEFAULT_TARGET, TargetOpt, TokenOpt, connect, console, fail
 from sandbox.errors import SandboxError
-
-console = Console()
 
 
 def waiting_table(waiting: Sequence[WaitingCall]) -> Table:
@@ -65,17 +60,10 @@ def render(report: CapacityReport) -> None:
         console.print(tenants)
 
 
-def capacity(
-    target: Annotated[str, typer.Option("--target", envvar="SANDBOX_TARGET", help="gRPC address of the server.")] = (
-        "127.0.0.1:50051"
-    ),
-    token: Annotated[str | None, typer.Option("--token", envvar="SANDBOX_TOKEN", help="Bearer token.")] = None,
-) -> None:
+def capacity(target: TargetOpt = DEFAULT_TARGET, token: TokenOpt = None) -> None:
     """Show the host's capacity, what is reserved and free, who waits for it, and tenants' use and quotas."""
-    from sandbox.client import Client
-
     try:
-        with Client(target, token=token) as client:
+        with connect(target, token) as client:
             report = client.capacity()
     except SandboxError as e:
         fail(e)

@@ -1,4 +1,6 @@
-"""How every ``sandbox`` command reports the platform's errors: one line on stderr, never a traceback, exit 1.
+"""What every ``sandbox`` command shares: the options that name the control plane (``--target``, ``--token``), the
+client it makes of them, the consoles, and how it reports the platform's errors: one line on stderr, never a
+traceback, exit 1.
 
 The line is a word for what happened and the error's own message as the server (or the SDK) wrote it, hint
 included; the message is printed as text (a ``[desktop]`` in it is not markup) and not wrapped:
@@ -15,13 +17,32 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from sandbox.errors import DeadlineExceeded, ResourceExhausted, SandboxError, Unavailable
+
+if TYPE_CHECKING:
+    from sandbox.client import Client
+
+TargetOpt = Annotated[str, typer.Option("--target", envvar="SANDBOX_TARGET", help="gRPC address of the server.")]
+TokenOpt = Annotated[str | None, typer.Option("--token", envvar="SANDBOX_TOKEN", help="Bearer token.")]
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def connect(target: str, token: str | None) -> Client:
+    """The SDK's client of the control plane at ``target``. The SDK is imported on first use: the commands that talk
+    to no control plane (``server``, ``images``, ``task check``) never load it."""
+    from sandbox.client import Client
+
+    return Client(target, token=token)
+
 
 EXIT_ERROR = 1
 """The exit code of a command that failed with an error of the platform's (2 is a bad command line)."""

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sandbox.cli.common import EXIT_ERROR, fail
+from sandbox.cli.common import DEFAULT_TARGET, EXIT_ERROR, TargetOpt, TokenOpt, console, err_console, fail
 from sandbox.errors import NotFound, SandboxError
 
 if TYPE_CHECKING:
@@ -36,10 +35,7 @@ if TYPE_CHECKING:
     from sandbox.tasks.model import Task
 
 demo_app = typer.Typer(help="Scripted rollouts of the sample tasks, with live progress and the rates.")
-console = Console()
-err_console = Console(stderr=True)
 SOLUTION = ".solution.jsonl"
-DEFAULT_TARGET = "127.0.0.1:50051"
 
 
 @dataclass(frozen=True)
@@ -241,8 +237,8 @@ def demo(
     kinds: Annotated[
         list[str] | None, typer.Option("--kind", help="Only tasks of this kind (repeat for several).")
     ] = None,
-    target: Annotated[str, typer.Option("--target", envvar="SANDBOX_TARGET", help="gRPC address.")] = DEFAULT_TARGET,
-    token: Annotated[str | None, typer.Option("--token", envvar="SANDBOX_TOKEN", help="Bearer token.")] = None,
+    target: TargetOpt = DEFAULT_TARGET,
+    token: TokenOpt = None,
 ) -> None:
     """Run scripted rollouts of the sample tasks (their reference solutions) in parallel, with live progress, and
     print the success rate, episodes/s, steps/s and the p50/p99 step and reset latencies. Open the web view

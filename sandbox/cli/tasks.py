@@ -7,18 +7,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from sandbox.cli.common import fail
+from sandbox.cli.common import DEFAULT_TARGET, TargetOpt, TokenOpt, connect, console, err_console, fail
 from sandbox.errors import SandboxError
 
 task_app = typer.Typer(help="Tasks (OSWorld's task JSON): check files, run an episode.", no_args_is_help=True)
-console = Console()
-err_console = Console(stderr=True)
-
-TargetOpt = Annotated[str, typer.Option("--target", envvar="SANDBOX_TARGET", help="gRPC address of the server.")]
-TokenOpt = Annotated[str | None, typer.Option("--token", envvar="SANDBOX_TOKEN", help="Bearer token.")]
 
 
 def _say(line: str) -> None:
@@ -71,12 +65,11 @@ def run(
         ),
     ] = None,
     keep: Annotated[bool, typer.Option(help="Keep the sandbox (print its id) instead of deleting it.")] = False,
-    target: TargetOpt = "127.0.0.1:50051",
+    target: TargetOpt = DEFAULT_TARGET,
     token: TokenOpt = None,
 ) -> None:
     """Run one episode: create a sandbox of the task's kind, reset it to the task, apply the actions (stopping when
     the episode ends), evaluate, print the reward and delete the sandbox."""
-    from sandbox.client import Client
     from sandbox.tasks.actions import load_actions
     from sandbox.tasks.model import Task
 
@@ -91,7 +84,7 @@ def run(
             spec["image"] = task.sandbox.image
         if task.sandbox.screen is not None:
             spec["screen"] = task.sandbox.screen.model_dump()
-        with Client(target, token=token) as client:
+        with connect(target, token) as client:
             sandbox = client.create(task.sandbox.kind.value, **spec)
             try:
                 started = time.monotonic()

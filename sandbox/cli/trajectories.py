@@ -8,22 +8,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sandbox.cli.common import fail as _fail
+from sandbox.cli.common import DEFAULT_TARGET, TargetOpt, TokenOpt, connect, console, err_console, fail
 from sandbox.errors import SandboxError
 
 trajectory_app = typer.Typer(
     help="Recorded episodes: list, show, export to Parquet, replay to the same reward.", no_args_is_help=True
 )
-console = Console()
-err_console = Console(stderr=True)
-
-TargetOpt = Annotated[str, typer.Option("--target", envvar="SANDBOX_TARGET", help="gRPC address of the server.")]
-TokenOpt = Annotated[str | None, typer.Option("--token", envvar="SANDBOX_TOKEN", help="Bearer token.")]
-DEFAULT_TARGET = "127.0.0.1:50051"
 
 
 def _reward(value: float | None) -> str:
@@ -37,13 +30,11 @@ def list_trajectories(
     token: TokenOpt = None,
 ) -> None:
     """Your recorded episodes, oldest first."""
-    from sandbox.client import Client
-
     try:
-        with Client(target, token=token) as client:
+        with connect(target, token) as client:
             found = client.trajectories.list(task_id=task_id)
     except SandboxError as e:
-        _fail(e)
+        fail(e)
         return
     table = Table(box=None)
     for column in ("id", "task", "kind", "steps", "reason", "reward", "frames"):
@@ -57,13 +48,11 @@ def list_trajectories(
 @trajectory_app.command("show")
 def show(trajectory_id: str, target: TargetOpt = DEFAULT_TARGET, token: TokenOpt = None) -> None:
     """A trajectory's summary and its steps (actions as JSON)."""
-    from sandbox.client import Client
-
     try:
-        with Client(target, token=token) as client:
+        with connect(target, token) as client:
             trajectory = client.trajectories.get(trajectory_id)
     except SandboxError as e:
-        _fail(e)
+        fail(e)
         return
     info = trajectory.info
     console.print(
@@ -98,10 +87,8 @@ def media(
     token: TokenOpt = None,
 ) -> None:
     """A trajectory's media (screen recordings): listed with neither SHA256 nor -o, else one saved."""
-    from sandbox.client import Client
-
     try:
-        with Client(target, token=token) as client:
+        with connect(target, token) as client:
             refs = client.trajectories.get(trajectory_id).info.media
             if output is None and sha256 is None:
                 for ref in refs:
@@ -122,7 +109,7 @@ def media(
             ref = found[0]
             data = client.trajectories.media(trajectory_id, ref.sha256)
     except SandboxError as e:
-        _fail(e)
+        fail(e)
         return
     path = output if output is not None else Path(Path(ref.name).name or ref.sha256)  # no directory of its own
     path.write_bytes(data)
@@ -144,7 +131,6 @@ def export(
     token: TokenOpt = None,
 ) -> None:
     """Export trajectories to Parquet (one row per step), loadable with pandas.read_parquet or datasets."""
-    from sandbox.client import Client
     from sandbox.trajectories.export import to_parquet
 
     if frames not in ("table", "inline", "none"):
@@ -154,7 +140,7 @@ def export(
         err_console.print("name trajectories to export, or --all")
         raise typer.Exit(2)
     try:
-        with Client(target, token=token) as client:
+        with connect(target, token) as client:
             ids = list(trajectory_ids or []) or [t.id for t in client.trajectories.list(task_id=task_id)]
             trajectories = (client.trajectories.get(i) for i in ids)
             result = to_parquet(
@@ -164,7 +150,7 @@ def export(
                 mode=frames,  # type: ignore[arg-type]
             )
     except SandboxError as e:
-        _fail(e)
+        fail(e)
         return
     where = f" and {result.frames} frames to {result.frames_path}" if result.frames_path else ""
     console.print(f"{result.trajectories} trajectories, {result.rows} steps to {result.steps_path}{where}")
@@ -188,13 +174,12 @@ def replay(
 ) -> None:
     """Apply a trajectory's actions to a fresh reset of its task and print the reward it reproduces (and the
     original's). Exits 1 when they differ."""
-    from sandbox.client import Client
     from sandbox.tasks.model import Task
     from sandbox.trajectories.replay import find_task
     from sandbox.trajectories.replay import replay as run_replay
 
     try:
-        with Client(target, token=token) as client:
+        with connect(target, token) as client:
             trajectory = client.trajectories.get(trajectory_id)
             if trajectory.info.task_id is None:
                 err_console.print(f"trajectory {trajectory_id} is of no task: nothing to replay")
@@ -208,7 +193,7 @@ def replay(
                 on_step=lambda i, a: console.print(f"  step {i}: {escape(str(a.get('type')))}", highlight=False),
             )
     except SandboxError as e:
-        _fail(e)
+        fail(e)
         return
     for warning in result.warnings:
         err_console.print(f"[yellow]warning[/yellow]: {escape(warning)}")
@@ -225,12 +210,10 @@ def replay(
 @trajectory_app.command("rm")
 def remove(trajectory_ids: list[str], target: TargetOpt = DEFAULT_TARGET, token: TokenOpt = None) -> None:
     """Delete trajectories (their steps and frames)."""
-    from sandbox.client import Client
-
     try:
-        with Client(target, token=token) as client:
+        with connect(target, token) as client:
             for trajectory_id in trajectory_ids:
                 client.trajectories.delete(trajectory_id)
                 console.print(f"deleted {trajectory_id}")
     except SandboxError as e:
-        _fail(e)
+        fail(e)

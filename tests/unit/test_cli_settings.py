@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.cli.sandboxes import _backend_settings
+from sandbox.cli.server import _backend_settings
 
 
 def test_no_config_is_the_docker_backend_with_the_flags() -> None:

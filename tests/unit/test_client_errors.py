@@ -236,7 +236,7 @@ async def test_cli_says_a_call_timed_out_and_what_to_check(
     def short(target: str, token: str | None) -> Client:  # no command-line option sets the timeout
         return Client(target, token=token, timeout=TIMEOUT)
 
-    monkeypatch.setattr(sandboxes, "_client", short)
+    monkeypatch.setattr(sandboxes, "connect", short)
     result = await _invoke(["ls", "--target", target, "--token", ALPHA_TOKEN])
     assert result.exit_code == 1, result.output
     said = result.stderr.strip()

@@ -25,7 +25,7 @@ from sandbox.backends.docker.image_recipe import (
     digest,
 )
 from sandbox.backends.docker.images import CONTROLPLANE, IMAGE_KINDS, load_recipe, recipe_hash
-from sandbox.cli.sandboxes import _image_kinds
+from sandbox.cli.images import _image_kinds
 from sandbox.errors import BackendError, ImageBuildError, InvalidArgument, Unavailable
 
 PROJECT_ROOT = DEFAULT_RECIPES_DIR.parent

@@ -10,7 +10,7 @@ import pytest
 
 from sandbox.backends.docker.image_recipe import DEFAULT_RECIPES_DIR, KINDS, VARIANTS, image_tag
 from sandbox.backends.docker.images import SANDBOX_IMAGES, load_recipe
-from sandbox.cli.sandboxes import _image_kinds
+from sandbox.cli.images import _image_kinds
 from sandbox.errors import ImageBuildError, InvalidArgument
 
 JUPYTER = "terminal-jupyter"

@@ -17,7 +17,7 @@ pushes them (``image_push``).
 
 What goes in and the hashes are ``image_recipe``'s. A stage whose tag already exists is skipped, so a rebuild with no
 change takes well under a second. Synchronous: call it from a thread in async code. The command line is
-``sandbox images build|check|prune|push`` (sandbox/cli/sandboxes.py).
+``sandbox images build|check|prune|push`` (sandbox/cli/images.py).
 """
 
 from __future__ import annotations
