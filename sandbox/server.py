@@ -139,9 +139,9 @@ def _embedded_uvicorn(uvicorn: Any, config: Any) -> Any:
 async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyncio.Event | None = None) -> None:
     import uvicorn
 
-    from sandbox.api.grpc_server import start_grpc_server
+    from sandbox.api.grpc.server import start_grpc_server
+    from sandbox.api.grpc.step_streams import StepStreams
     from sandbox.api.rest import create_app
-    from sandbox.api.step_streams import StepStreams
     from sandbox.service.preview import PreviewLinks, http_base_url
     from sandbox.service.tickets import TicketIssuer, shared_ticket_secret
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from sandbox.api.grpc_server import bind_grpc_server
+from sandbox.api.grpc.server import bind_grpc_server
 from sandbox.api.rest import create_app
 from sandbox.client import AsyncClient
 from sandbox.service import SandboxService, TokenRegistry

@@ -17,8 +17,8 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from sandbox.api.grpc_server import bind_grpc_server, start_grpc_server
-from sandbox.api.step_streams import StepStreams
+from sandbox.api.grpc.server import bind_grpc_server, start_grpc_server
+from sandbox.api.grpc.step_streams import StepStreams
 from sandbox.client import AsyncClient, AsyncSandbox, Client, _ops
 from sandbox.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
 from sandbox.gym import SandboxEnv

@@ -66,7 +66,7 @@ def test_the_controlplane_recipe() -> None:
     assert "docker.io" not in recipe.packages
     assert [name for name, _, _ in recipe.hooks] == ["customize50-novnc"]
     names = {name for name, _, _ in recipe.project}
-    assert {"pyproject.toml", "sandbox/server.py", "sandbox/api/webview_static/list.html"} <= names
+    assert {"pyproject.toml", "sandbox/server.py", "sandbox/api/web/static/list.html"} <= names
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
     dockerfile = recipe.dockerfile
     assert f"FROM {recipe.base_tag} AS install" in dockerfile
@@ -85,7 +85,7 @@ def test_controlplane_hash_follows_the_source_not_the_readme(project: Path) -> N
     edited = image_controlplane.load_controlplane_recipe(project_root=project)
     assert edited.image_hash != first.image_hash
     assert edited.base_hash == first.base_hash
-    (project / "sandbox" / "api" / "webview_static" / "style.css").write_text("body {}")
+    (project / "sandbox" / "api" / "web" / "static" / "style.css").write_text("body {}")
     assert image_controlplane.load_controlplane_recipe(project_root=project).image_hash != edited.image_hash
 
 
@@ -112,15 +112,15 @@ def test_a_wheel_without_the_web_view_pages_is_refused(tmp_path: Path) -> None:
     project = (
         ("pyproject.toml", b'[project]\nname = "sandbox"\n', 0o644),
         ("sandbox/server.py", b"", 0o644),
-        ("sandbox/api/webview_static/list.html", b"<html>", 0o644),
+        ("sandbox/api/web/static/list.html", b"<html>", 0o644),
         ("sandbox/wire/grpc_gen/sandbox_pb2.pyi", b"", 0o644),
     )
     with zipfile.ZipFile(tmp_path / "sandbox-0.1.0-py3-none-any.whl", "w") as wheel:
         wheel.writestr("sandbox/server.py", "")
-    with pytest.raises(ImageBuildError, match=r"sandbox/api/webview_static/list\.html.*package-data"):
+    with pytest.raises(ImageBuildError, match=r"sandbox/api/web/static/list\.html.*package-data"):
         image_controlplane._check_package_data(project, tmp_path, "sandbox")
     with zipfile.ZipFile(tmp_path / "sandbox-0.1.0-py3-none-any.whl", "a") as wheel:
-        wheel.writestr("sandbox/api/webview_static/list.html", "<html>")
+        wheel.writestr("sandbox/api/web/static/list.html", "<html>")
     image_controlplane._check_package_data(project, tmp_path, "sandbox")  # the .pyi stub is not needed
 
 

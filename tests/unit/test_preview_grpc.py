@@ -18,7 +18,7 @@ import pytest_asyncio
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from sandbox.api.grpc_server import bind_grpc_server
+from sandbox.api.grpc.server import bind_grpc_server
 from sandbox.api.rest import create_app
 from sandbox.cli import app as cli
 from sandbox.client import AsyncClient, AsyncSandbox, Client

@@ -6,8 +6,8 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from sandbox.agent.ports import parse_listening, user_port_refusal
-from sandbox.api.preview import _upstream_target, prefix_of
-from sandbox.api.preview_rewrite import request_headers, response_headers, rewrite_location, rewrite_set_cookie
+from sandbox.api.preview.proxy import _upstream_target, prefix_of
+from sandbox.api.preview.rewrite import request_headers, response_headers, rewrite_location, rewrite_set_cookie
 from sandbox.service.preview import port_path
 
 P = "/v1/sandboxes/sb-1/ports/8000"

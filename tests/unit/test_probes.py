@@ -10,7 +10,7 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from sandbox.api.grpc_probes import add_probes
+from sandbox.api.grpc.probes import add_probes
 from sandbox.errors import Unavailable
 from sandbox.service import SandboxService
 from tests.polling import eventually

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from sandbox.api import grpc_batches
+from sandbox.api.grpc import batches as grpc_batches
 from sandbox.client import AsyncClient, AsyncSandbox, Client
 from sandbox.errors import InvalidArgument, NotFound, ResourceExhausted
 from sandbox.models import Observation

@@ -128,7 +128,7 @@ async def test_media_through_grpc_and_rest(
     assert await alpha.trajectories.media(meta.id, ref.sha256) == MP4
     assert await admin.trajectories.media(meta.id, ref.sha256) == MP4
     # In pieces: the server gives at most its chunk a call, the SDK asks until it has the whole medium.
-    monkeypatch.setattr("sandbox.api.grpc_server.MEDIA_CHUNK_BYTES", 1000)
+    monkeypatch.setattr("sandbox.api.grpc.server.MEDIA_CHUNK_BYTES", 1000)
     monkeypatch.setattr("sandbox.client._episodes.MEDIA_CHUNK_BYTES", 700)
     assert len(MP4) > 3 * 700 and await alpha.trajectories.media(meta.id, ref.sha256) == MP4
     for reach in (beta.trajectories.media(meta.id, ref.sha256), alpha.trajectories.media(meta.id, "0" * 64)):

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from sandbox.api.vnc_proxy import RfbViolation, ViewOnlyFilter
+from sandbox.api.web.vnc_proxy import RfbViolation, ViewOnlyFilter
 
 HANDSHAKE = b"RFB 003.008\n" + b"\x01" + b"\x01"  # version, security None, ClientInit(shared)
 SET_PIXEL_FORMAT = b"\x00\x00\x00\x00" + bytes(range(16))

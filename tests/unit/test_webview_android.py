@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 
-from sandbox.api.webview_screens import live_view
+from sandbox.api.web.screens import live_view
 from sandbox.client import AsyncSandbox
 from sandbox.models import SandboxKind
 from tests.unit.android_fakes import FakeAdbServer, FakeConsole

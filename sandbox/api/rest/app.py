@@ -7,12 +7,12 @@ import logging
 from fastapi import FastAPI, Request, Response
 
 from sandbox import __version__
-from sandbox.api.preview import mount_preview
+from sandbox.api.preview.proxy import mount_preview
 from sandbox.api.rest import context, routes, trajectory_routes
 from sandbox.api.rest.bodies import Ok, Readiness
 from sandbox.api.rest.errors import add_error_handlers
 from sandbox.api.rest.limits import BodyLimit
-from sandbox.api.webview import mount_webview
+from sandbox.api.web.view import mount_webview
 from sandbox.service import SandboxService, TokenRegistry
 from sandbox.service.tickets import TicketIssuer
 

@@ -77,7 +77,7 @@ RUN python3 -m venv {venv} \\
  && {venv}/bin/python -m pip install --no-index --find-links /tmp/wheels --no-cache-dir --disable-pip-version-check \\
       --quiet {project} \\
  && {venv}/bin/python -m pip uninstall --yes --quiet --disable-pip-version-check pip setuptools \\
- && {venv}/bin/python -c 'import sandbox.server, sandbox.api.webview'
+ && {venv}/bin/python -c 'import sandbox.server, sandbox.api.web.view'
 
 FROM {base_tag}
 RUN groupadd --gid {uid} sandbox \\
@@ -186,7 +186,7 @@ def _check_package_data(project: tuple[FileEntry, ...], wheels: Path, name: str)
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ImageBuildError(
             f"the project's wheel lacks package files the server needs: {shown}; declare them as package data "
-            'in pyproject.toml, table tool.setuptools.package-data: sandbox = ["api/webview_static/*"]'
+            'in pyproject.toml, table tool.setuptools.package-data: sandbox = ["api/web/static/*"]'
         )
 
 

@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from sandbox.api.grpc_batches import fitting, step_orders
-from sandbox.api.grpc_decoding import DecodeWarnings, Undecodable, add_tolerant_servicer
-from sandbox.api.grpc_probes import add_probes, follow_readiness
-from sandbox.api.step_streams import StepStreams
+from sandbox.api.grpc.batches import fitting, step_orders
+from sandbox.api.grpc.decoding import DecodeWarnings, Undecodable, add_tolerant_servicer
+from sandbox.api.grpc.probes import add_probes, follow_readiness
+from sandbox.api.grpc.step_streams import StepStreams
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.service.preview import PreviewLinks, port_url
@@ -81,7 +81,7 @@ class SandboxServicer:
         self._decode_warnings = DecodeWarnings(logger)
 
     def _parsed(self, method: str, request: T) -> T:
-        """``request``, or InvalidArgument if its bytes did not parse (see :mod:`sandbox.api.grpc_decoding`)."""
+        """``request``, or InvalidArgument if its bytes did not parse (see :mod:`sandbox.api.grpc.decoding`)."""
         if isinstance(request, Undecodable):
             self._decode_warnings.saw(method, request)
             raise request.error()

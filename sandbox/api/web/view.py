@@ -1,6 +1,6 @@
 """The developer web view: a live list of the tenant's sandboxes, and a VNC view of one sandbox.
 
-Pages are static files in ``webview_static/`` (no build step); noVNC comes from Debian's ``novnc``
+Pages are static files in ``static/`` (no build step); noVNC comes from Debian's ``novnc``
 package and is served under ``/view/novnc/`` (nothing from a CDN). The routes only translate and
 call the service layer, like the REST skin they join.
 
@@ -20,7 +20,7 @@ Access:
   only) everyone is the admin and no login is asked.
 
 The list's feeds (a page of a fleet: search, filters, paging; thumbnails; a terminal's output tail) and a
-sandbox's port list are in ``webview_fleet``; docs/webview.md says what the pages do.
+sandbox's port list are in :mod:`~sandbox.api.web.fleet`; docs/webview.md says what the pages do.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import Field, StrictBool
 
-from sandbox.api import vnc_proxy
 from sandbox.api.contract import SandboxId, error_responses
-from sandbox.api.webview_fleet import mount_fleet
-from sandbox.api.webview_screens import live_view, mount_screens
+from sandbox.api.web import vnc_proxy
+from sandbox.api.web.fleet import mount_fleet
+from sandbox.api.web.screens import live_view, mount_screens
 from sandbox.errors import FailedPrecondition, SandboxError, Unauthenticated
 from sandbox.models import Model
 from sandbox.service import Principal, SandboxService, TokenRegistry
@@ -54,7 +54,7 @@ VNC_PORT = 5900
 """x11vnc inside desktop and browser sandboxes, on the sandbox's loopback; the agent tunnels to it."""
 SESSION_COOKIE = "sandbox_view_session"
 TICKET_HEADER = "X-Sandbox-Ticket"
-STATIC_DIR = Path(__file__).with_name("webview_static")
+STATIC_DIR = Path(__file__).with_name("static")
 DEFAULT_NOVNC_DIR = "/usr/share/novnc"
 LOG_TAIL = 200
 TRAJECTORY_LIST = 50
@@ -86,7 +86,7 @@ def mount_webview(
     pages = {p.name: p.read_text() for p in STATIC_DIR.glob("*.html")}
 
     def page(name: str, status: int, **values: str) -> Response:
-        """A page of ``webview_static``; its ``{{key}}`` placeholders take the HTML-escaped values."""
+        """A page of ``static/``; its ``{{key}}`` placeholders take the HTML-escaped values."""
         text = pages[name]
         for key, value in values.items():
             text = text.replace("{{" + key + "}}", html.escape(value))

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
 
-from sandbox.api.webview_capacity import capacity_view
+from sandbox.api.web.capacity import capacity_view
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxInfo
 from sandbox.service import Principal, SandboxService
@@ -59,7 +59,7 @@ def mount_fleet(
     ) -> dict[str, Any]:
         """One page of the sandboxes the session sees: ``q`` words all match (id, tenant, task id, labels;
         ``key=value`` a label), ``kind`` and ``state`` (or ``failing``) filter; failing first, then newest. With
-        them, the session's capacity report (``webview_capacity``)."""
+        them, the session's capacity report (:mod:`~sandbox.api.web.capacity`)."""
         principal = session_holder(request)
         query = FleetQuery(q=q, kind=kind or None, state=state or None, offset=offset, limit=limit)
         found = await fleet_page(service.store, principal, query)
