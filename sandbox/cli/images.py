@@ -1,5 +1,6 @@
 """``sandbox images build|check|prune|push``: the platform's images, built from Debian packages (no registry needed)
-by :mod:`sandbox.backends.docker.images`, imported when a command runs (a client-only install lacks ``docker``)."""
+by :mod:`sandbox.backends.docker.images.builder`, imported when a command runs (a client-only install lacks
+``docker``)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ RecipesDirOpt = Annotated[
 
 
 def _image_kinds(kinds: list[str] | None) -> list[str]:
-    from sandbox.backends.docker.images import SANDBOX_IMAGES
+    from sandbox.backends.docker.images.builder import SANDBOX_IMAGES
 
     return kinds or list(SANDBOX_IMAGES)
 
@@ -44,7 +45,7 @@ def images_build(
     recipes_dir: RecipesDirOpt = None,
 ) -> None:
     """Build images (controlplane only when named); unchanged recipes are skipped in seconds."""
-    from sandbox.backends.docker.images import build_images
+    from sandbox.backends.docker.images.builder import build_images
 
     started = time.monotonic()
     try:
@@ -59,7 +60,7 @@ def images_build(
 @images_app.command("check")
 def images_check(kinds: KindsArg = None, recipes_dir: RecipesDirOpt = None) -> None:
     """Build nothing: exit 0 when every image is built from its current recipe, 1 (naming the stale ones) if not."""
-    from sandbox.backends.docker.images import outdated
+    from sandbox.backends.docker.images.builder import outdated
 
     wanted = _image_kinds(kinds)
     try:
@@ -78,7 +79,7 @@ def images_check(kinds: KindsArg = None, recipes_dir: RecipesDirOpt = None) -> N
 @images_app.command("prune")
 def images_prune(kinds: KindsArg = None, recipes_dir: RecipesDirOpt = None) -> None:
     """Remove superseded images of this platform that no container uses; the current recipe's images stay."""
-    from sandbox.backends.docker.images import prune
+    from sandbox.backends.docker.images.builder import prune
 
     try:
         removed = prune(_image_kinds(kinds), recipes_dir=recipes_dir, progress=_progress)
@@ -100,7 +101,7 @@ def images_push(
     recipes_dir: RecipesDirOpt = None,
 ) -> None:
     """Tag images as REGISTRY/sandbox/<kind>:<hash> and :latest and push them; exit 1 on the first failure."""
-    from sandbox.backends.docker.images import IMAGE_KINDS, push_images
+    from sandbox.backends.docker.images.builder import IMAGE_KINDS, push_images
 
     started = time.monotonic()
     try:

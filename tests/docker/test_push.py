@@ -25,7 +25,7 @@ import pytest
 
 from sandbox import __version__
 from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
-from sandbox.backends.docker.images import load_recipe
+from sandbox.backends.docker.images.builder import load_recipe
 from tests.conftest import OWNER, owned_by, require_image
 from tests.docker.servers import SANDBOX_BIN, free_port
 

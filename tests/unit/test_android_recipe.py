@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sandbox.backends.docker import image_android
-from sandbox.backends.docker.image_recipe import KINDS
-from sandbox.backends.docker.images import IMAGE_KINDS, load_recipe
+from sandbox.backends.docker.images import android as image_android
+from sandbox.backends.docker.images.builder import IMAGE_KINDS, load_recipe
+from sandbox.backends.docker.images.recipe import KINDS
 from sandbox.cli import app
 from sandbox.errors import ImageBuildError
 

@@ -13,7 +13,7 @@ from sandbox import games
 from sandbox.agent import pages
 from sandbox.agent.errors import AgentError
 from sandbox.agent.page_input import click_events, key_events, parse_combo
-from sandbox.backends.docker.image_recipe import load_recipe
+from sandbox.backends.docker.images.recipe import load_recipe
 from sandbox.wire.convert import validate_action
 
 

@@ -12,8 +12,12 @@ from typing import Any
 import docker.errors
 import pytest
 
-from sandbox.backends.docker import image_controlplane, image_layer, image_push, image_rootfs
-from sandbox.backends.docker.image_recipe import (
+from sandbox.backends.docker.images import controlplane as image_controlplane
+from sandbox.backends.docker.images import layer as image_layer
+from sandbox.backends.docker.images import push as image_push
+from sandbox.backends.docker.images import rootfs as image_rootfs
+from sandbox.backends.docker.images.builder import CONTROLPLANE, IMAGE_KINDS, load_recipe, recipe_hash
+from sandbox.backends.docker.images.recipe import (
     DEFAULT_RECIPES_DIR,
     IMPORT_CHANGES,
     KINDS,
@@ -24,7 +28,6 @@ from sandbox.backends.docker.image_recipe import (
     base_digest,
     digest,
 )
-from sandbox.backends.docker.images import CONTROLPLANE, IMAGE_KINDS, load_recipe, recipe_hash
 from sandbox.cli.images import _image_kinds
 from sandbox.errors import BackendError, ImageBuildError, InvalidArgument, Unavailable
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.backends.docker.image_recipe import DEFAULT_RECIPES_DIR, KINDS, VARIANTS, image_tag
-from sandbox.backends.docker.images import SANDBOX_IMAGES, load_recipe
+from sandbox.backends.docker.images.builder import SANDBOX_IMAGES, load_recipe
+from sandbox.backends.docker.images.recipe import DEFAULT_RECIPES_DIR, KINDS, VARIANTS, image_tag
 from sandbox.cli.images import _image_kinds
 from sandbox.errors import ImageBuildError, InvalidArgument
 

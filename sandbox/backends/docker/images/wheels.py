@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox.backends.docker.image_engine import Progress, run_logged
-from sandbox.backends.docker.image_recipe import FileEntry, Recipe
+from sandbox.backends.docker.images.engine import Progress, run_logged
+from sandbox.backends.docker.images.recipe import FileEntry, Recipe
 from sandbox.errors import ImageBuildError
 
 PIP_OPTIONS = ("--disable-pip-version-check", "--progress-bar", "off", "--no-deps", "--require-hashes")

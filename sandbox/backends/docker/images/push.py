@@ -15,8 +15,8 @@ from typing import Any
 
 import docker
 
-from sandbox.backends.docker.image_engine import ENGINE_ERRORS, Progress, add_tag, exists, explain
-from sandbox.backends.docker.image_recipe import Recipe
+from sandbox.backends.docker.images.engine import ENGINE_ERRORS, Progress, add_tag, exists, explain
+from sandbox.backends.docker.images.recipe import Recipe
 from sandbox.errors import BackendError, ImageBuildError, InvalidArgument, SandboxError, Unavailable
 
 _REGISTRY = re.compile(

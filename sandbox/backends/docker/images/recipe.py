@@ -6,7 +6,7 @@ base hash, the generated Dockerfile and every file copied in: the ``images/<kind
 ``images/common/lib.sh``, ``images/<kind>/entrypoint.sh`` and the in-sandbox agent (``sandbox/__init__.py``,
 ``sandbox/protocol.py`` and every source file under ``sandbox/agent/``), and in the browser and desktop images the
 games of ``sandbox/games/``. The control-plane image's recipe is
-``image_controlplane``'s, made of the same parts.
+:mod:`.controlplane`'s, made of the same parts.
 
 A variant (``VARIANTS``: ``images/<variant>/`` → the kind it extends) is the kind's recipe plus its own: its
 ``packages.txt`` adds to the kind's, its ``rootfs/``, ``hooks/`` and ``requirements.txt`` (if any) add to the kind's,
@@ -48,8 +48,8 @@ LABEL_BASE_HASH = "sandbox.image.base-hash"
 LABEL_STAGE = "sandbox.image.stage"
 MANAGED_BY = "sandbox"
 
-DEFAULT_RECIPES_DIR = Path(__file__).resolve().parents[3] / "images"
 PACKAGE_DIR = Path(sandbox.__file__).resolve().parent
+DEFAULT_RECIPES_DIR = PACKAGE_DIR.parent / "images"
 
 MMDEBSTRAP_OPTIONS: tuple[str, ...] = (
     "--variant=apt",
@@ -115,7 +115,7 @@ class Recipe:
     wheels the top layer installs; the wheels join the build context under ``wheels/`` at build time."""
     requirements: bytes = b""
     """``images/<kind>/requirements.txt``: pure-Python packages, pinned by hash, whose wheels ``pip wheel`` makes on
-    the host at build time (``image_wheels``); the top layer unpacks them into python3's site-packages."""
+    the host at build time (:mod:`.wheels`); the top layer unpacks them into python3's site-packages."""
     stage: str = "agent"
     """The top layer's name in progress lines and in the ``sandbox.image.stage`` label."""
 

@@ -28,8 +28,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from sandbox.backends.docker.image_engine import Progress, run_logged
-from sandbox.backends.docker.image_recipe import (
+from sandbox.backends.docker.images.engine import Progress, run_logged
+from sandbox.backends.docker.images.recipe import (
     BASE_REPO,
     CONTROLPLANE,
     DEFAULT_RECIPES_DIR,

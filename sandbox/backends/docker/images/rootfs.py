@@ -16,8 +16,8 @@ from typing import Any
 
 import docker
 
-from sandbox.backends.docker.image_engine import ENGINE_ERRORS, LOG_TAIL, Progress, explain, failure, size_mb
-from sandbox.backends.docker.image_recipe import (
+from sandbox.backends.docker.images.engine import ENGINE_ERRORS, LOG_TAIL, Progress, explain, failure, size_mb
+from sandbox.backends.docker.images.recipe import (
     IMPORT_CHANGES,
     LABEL_BASE_HASH,
     LABEL_KIND,

@@ -1,21 +1,21 @@
 """Builds the sandbox images without a container registry, in two cached stages.
 
-1. base (``image_rootfs``): ``mmdebstrap`` makes a Debian root file system from ``images/<kind>/packages.txt``; it is
+1. base (:mod:`.rootfs`): ``mmdebstrap`` makes a Debian root file system from ``images/<kind>/packages.txt``; it is
    imported into Docker as ``sandbox-base/<kind>:<hash12>``, the hash covering the package list and the mmdebstrap
    options.
-2. agent (``image_layer``): a generated Dockerfile ``FROM`` that base adds the ``sandbox`` user (uid 1000), the files
+2. agent (:mod:`.layer`): a generated Dockerfile ``FROM`` that base adds the ``sandbox`` user (uid 1000), the files
    under ``images/<kind>/rootfs/`` (if any, at the same paths), ``images/<kind>/entrypoint.sh`` and the in-sandbox
    agent (``sandbox/__init__.py``, ``sandbox/protocol.py``, ``sandbox/agent/``). It is tagged
    ``sandbox/<kind>:<hash12>`` and ``sandbox/<kind>:latest``, the hash covering the base hash, the Dockerfile and every
    file copied in.
 
-A variant (``terminal-jupyter``) is built the same way from its kind's recipe plus its own (``image_recipe``).
+A variant (``terminal-jupyter``) is built the same way from its kind's recipe plus its own (:mod:`.recipe`).
 
 The control-plane image (``controlplane``, not built by default) has the same base stage and, on top, the platform
-installed from wheels built on the host (``image_controlplane``). ``push_images`` tags images for a registry and
-pushes them (``image_push``).
+installed from wheels built on the host (:mod:`.controlplane`). ``push_images`` tags images for a registry and
+pushes them (:mod:`.push`).
 
-What goes in and the hashes are ``image_recipe``'s. A stage whose tag already exists is skipped, so a rebuild with no
+What goes in and the hashes are :mod:`.recipe`'s. A stage whose tag already exists is skipped, so a rebuild with no
 change takes well under a second. Synchronous: call it from a thread in async code. The command line is
 ``sandbox images build|check|prune|push`` (sandbox/cli/images.py).
 """
@@ -30,8 +30,8 @@ import docker
 import docker.errors
 
 from sandbox import __version__
-from sandbox.backends.docker.image_controlplane import INSTALL_STAGE, build_wheels, load_controlplane_recipe
-from sandbox.backends.docker.image_engine import (
+from sandbox.backends.docker.images.controlplane import INSTALL_STAGE, build_wheels, load_controlplane_recipe
+from sandbox.backends.docker.images.engine import (
     ENGINE_ERRORS,
     Progress,
     add_tag,
@@ -40,9 +40,9 @@ from sandbox.backends.docker.image_engine import (
     explain,
     image_id,
 )
-from sandbox.backends.docker.image_layer import build_layer
-from sandbox.backends.docker.image_push import check_registry, check_tag, push_recipe
-from sandbox.backends.docker.image_recipe import (
+from sandbox.backends.docker.images.layer import build_layer
+from sandbox.backends.docker.images.push import check_registry, check_tag, push_recipe
+from sandbox.backends.docker.images.recipe import (
     CONTROLPLANE,
     IMAGE_KINDS,
     KINDS,
@@ -55,9 +55,9 @@ from sandbox.backends.docker.image_recipe import (
     Recipe,
     image_tag,
 )
-from sandbox.backends.docker.image_recipe import load_recipe as load_sandbox_recipe
-from sandbox.backends.docker.image_rootfs import build_base
-from sandbox.backends.docker.image_wheels import requirement_wheels
+from sandbox.backends.docker.images.recipe import load_recipe as load_sandbox_recipe
+from sandbox.backends.docker.images.rootfs import build_base
+from sandbox.backends.docker.images.wheels import requirement_wheels
 from sandbox.errors import ImageBuildError, InvalidArgument
 
 __all__ = [
@@ -84,7 +84,7 @@ def load_recipe(kind: str, *, recipes_dir: Path | None = None) -> Recipe:
     if kind == CONTROLPLANE:
         return load_controlplane_recipe(recipes_dir=recipes_dir)
     if kind == "android":  # built only when named, from an Android SDK given in $SANDBOX_ANDROID_SDK
-        from sandbox.backends.docker.image_android import load_recipe as load_android_recipe
+        from sandbox.backends.docker.images.android import load_recipe as load_android_recipe
 
         return load_android_recipe(recipes_dir=recipes_dir)
     if kind not in SANDBOX_IMAGES:

@@ -1,5 +1,5 @@
 """The top layer: a generated Dockerfile ``FROM`` the base adds the ``sandbox`` user, the recipe's files and the
-in-sandbox agent (the control plane's: the platform's wheels, see ``image_controlplane``); built from an in-memory
+in-sandbox agent (the control plane's: the platform's wheels, see :mod:`.controlplane`); built from an in-memory
 context with no network (everything it needs is in the context) and tagged ``<repository>:<image hash>``."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import docker
 
-from sandbox.backends.docker.image_engine import ENGINE_ERRORS, LOG_TAIL, Progress, explain, failure, size_mb
-from sandbox.backends.docker.image_recipe import (
+from sandbox.backends.docker.images.engine import ENGINE_ERRORS, LOG_TAIL, Progress, explain, failure, size_mb
+from sandbox.backends.docker.images.recipe import (
     LABEL_HASH,
     LABEL_KIND,
     LABEL_MANAGED_BY,

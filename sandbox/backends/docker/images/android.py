@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from sandbox.backends.docker.image_recipe import (
+from sandbox.backends.docker.images.recipe import (
     BASE_REPO,
     DEFAULT_RECIPES_DIR,
     DOCKERFILE_TEMPLATE,
