@@ -23,7 +23,7 @@ from bench.machine import rss
 from bench.options import Options
 from bench.progress import Progress
 from bench.report import Row
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.base import INSTANCE_ENV, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from sandbox.client import AsyncClient, AsyncSandbox
 from sandbox.errors import SandboxError

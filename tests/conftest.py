@@ -17,7 +17,7 @@ import docker
 import pytest
 import pytest_asyncio
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from sandbox.backends.docker.backend import DockerBackend
 from sandbox.backends.docker.claims import CLAIMS_DIR

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.errors import FailedPrecondition, SandboxError
 from sandbox.models import Health, HealthCheck, SandboxKind, SandboxSpec
 

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from sandbox.agent_client import AgentClient, PortClosed
+from sandbox.backends.agent_client import AgentClient, PortClosed
 from sandbox.backends.base import Backend, probe_health
 from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sandbox.models import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.errors import BackendError
 
 AUTOSTART_FILE = "/home/sandbox/.config/sandbox/autostart"

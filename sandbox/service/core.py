@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.base import Backend
 from sandbox.errors import DeadlineExceeded, FailedPrecondition, NotFound, SandboxError, Unavailable
 from sandbox.models import SandboxKind, SandboxState

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.models import Action, Clock, Evaluate, Navigate, PageClick, PageClose, PageKey, PageOpen, Screenshot
 
 PageAction = PageOpen | PageClose | Clock | PageKey | PageClick

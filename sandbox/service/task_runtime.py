@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.errors import InvalidArgument, NotFound, PermissionDenied
 from sandbox.models import ExecResult, SandboxKind, SandboxSpec
 from sandbox.tasks.scripts import CDP

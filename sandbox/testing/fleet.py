@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox.agent_client import AgentClient
 from sandbox.api.rest import create_app
+from sandbox.backends.agent_client import AgentClient
 from sandbox.models import Exec, SandboxKind, SandboxSpec
 from sandbox.protocol import AGENT_SOCKET_NAME
 from sandbox.service import Principal, SandboxService, TokenRegistry

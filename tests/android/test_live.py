@@ -32,7 +32,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def agent() -> Iterator[object]:
-    from sandbox.agent_client import AgentClient
+    from sandbox.backends.agent_client import AgentClient
 
     sockets = Path(tempfile.mkdtemp(prefix="android-live-"))
     sockets.chmod(0o777)

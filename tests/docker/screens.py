@@ -7,7 +7,7 @@ import io
 
 from PIL import Image
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 
 
 async def settled_screen(agent: AgentClient, width: int, height: int) -> bytes:

@@ -16,7 +16,7 @@ import docker
 import pytest
 import pytest_asyncio
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from sandbox.errors import Unauthenticated
 from sandbox.protocol import LISTEN_ENV, TOKEN_FILE_ENV

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image, ImageChops
 
 from sandbox.agent.display.frames import BAND_ROWS
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from tests.conftest import SandboxFactory
 from tests.docker.screens import settled_screen
 from tests.polling import eventually

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.client import AsyncClient
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.games import GAMES, STATE_JS

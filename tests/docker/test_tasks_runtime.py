@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.errors import InvalidArgument
 from sandbox.models import Action, SandboxKind
 from sandbox.service.task_runtime import AgentRuntime

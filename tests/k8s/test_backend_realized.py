@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.base import RuntimeState
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.errors import FailedPrecondition, NotFound, PermissionDenied, Unauthenticated

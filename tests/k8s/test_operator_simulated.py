@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.kubernetes.api import KubeApi
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.errors import NotFound, Unauthenticated, Unavailable

@@ -17,7 +17,7 @@ from sandbox.agent.app import AgentApp, AgentConfig
 from sandbox.agent.errors import AgentError
 from sandbox.agent.files import Files
 from sandbox.agent.server import AgentServer
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.errors import PermissionDenied
 from sandbox.protocol import ErrorCode
 

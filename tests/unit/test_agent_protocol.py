@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from sandbox.agent.app import AgentApp, AgentConfig
 from sandbox.agent.server import AgentServer
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.errors import DeadlineExceeded, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 
 

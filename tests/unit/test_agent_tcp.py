@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.errors import Unauthenticated, Unavailable
 from sandbox.protocol import AGENT_SOCKET_NAME, LISTEN_ENV, TOKEN_FILE_ENV, encode_frame, read_frame
 

@@ -36,11 +36,11 @@ from fastapi import Depends, FastAPI, Request, Response, WebSocket
 from fastapi.responses import RedirectResponse, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 
-from sandbox.agent_client import PortClosed
 from sandbox.api.contract import SandboxId, error_responses
 from sandbox.api.preview.rewrite import PREVIEW_COOKIE, request_headers, response_headers
 from sandbox.api.preview.websocket import relay_websocket
 from sandbox.api.rest.errors import error_response
+from sandbox.backends.agent_client import PortClosed
 from sandbox.errors import SandboxError, Unauthenticated
 from sandbox.models.preview import ListeningPort, PortUrl, UrlRequest
 from sandbox.service import Principal, SandboxService, TokenRegistry

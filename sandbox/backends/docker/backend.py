@@ -28,9 +28,9 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
-from sandbox.agent_client import AgentClient
 from sandbox.aio import raise_if_cancelled, settled
 from sandbox.backends import android
+from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.base import (
     INSTANCE_ENV,
     LABEL_INSTANCE,

@@ -33,9 +33,9 @@ import os
 import secrets
 from typing import Any
 
-from sandbox.agent_client import AgentClient, _TcpTransport
 from sandbox.aio import raise_if_cancelled, settled
 from sandbox.backends import android
+from sandbox.backends.agent_client import AgentClient, _TcpTransport
 from sandbox.backends.base import (
     LABEL_INSTANCE,
     Backend,

@@ -36,7 +36,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sandbox.agent_client import AgentClient
+from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.base import BackendSnapshot
 from sandbox.backends.kubernetes.manifests import ARCHIVE_PREFIX
 from sandbox.errors import BackendError, InvalidArgument, NotFound, SandboxError
