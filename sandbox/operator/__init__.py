@@ -1,9 +1,9 @@
 """The operator's view of a Kubernetes fleet: the custom resources of ``deploy/helm/sandbox/crds`` kept in step with
 the control plane, by the replica that leads.
 
-- ``Sandbox`` objects mirror the sandboxes (mirror.py): one per sandbox record, named by its id, spec and status
+- ``Sandbox`` objects mirror the sandboxes (sandboxes.py): one per sandbox record, named by its id, spec and status
   written by the control plane; ``kubectl delete sandbox NAME`` ends that sandbox;
-- ``SandboxPool`` objects are warm pools (pools.py): created, edited, scaled (``kubectl scale``) and deleted by
+- ``SandboxPool`` objects are warm pools (sandboxpools.py): created, edited, scaled (``kubectl scale``) and deleted by
   operators, applied to the service's pools, their status written back;
 - resources.py: the objects as pure functions of the records; informer.py: list + watch caches; operator.py: the
   loop that runs both while this replica leads; settings.py: its settings (no kubernetes import: the server reads

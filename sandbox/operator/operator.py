@@ -11,8 +11,8 @@ import logging
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.errors import SandboxError, Unavailable
 from sandbox.operator.informer import Informer
-from sandbox.operator.mirror import SandboxMirror
-from sandbox.operator.pools import PoolSync
+from sandbox.operator.sandboxes import SandboxMirror
+from sandbox.operator.sandboxpools import PoolSync
 from sandbox.operator.settings import OperatorSettings
 from sandbox.service import SandboxService
 from sandbox.service.lifecycle import Lifecycle
