@@ -30,7 +30,8 @@ def check(
     """Check task files: print each problem (an unsupported setup type, evaluator function or getter, by name;
     a step the sandbox kind cannot do; ...) and exit 1 if any file has one. A ``download`` URL with no fixture is a
     warning here (and an error when the task runs)."""
-    from sandbox.tasks.model import Task, TaskError
+    from sandbox.tasks.errors import TaskError
+    from sandbox.tasks.model import Task
     from sandbox.tasks.runtime import Fixtures
 
     failed = 0

@@ -16,8 +16,9 @@ imports neither the service, the API, the backends, the store nor the agent (an 
 """
 
 from sandbox.tasks.actions import expand, load_actions, parse_action
+from sandbox.tasks.errors import TaskError
 from sandbox.tasks.evaluate import EvaluationResult, MetricDetail, evaluate
-from sandbox.tasks.model import Evaluator, Getter, Limits, SandboxTarget, SetupStep, Task, TaskError
+from sandbox.tasks.model import Evaluator, Getter, Limits, SandboxTarget, SetupStep, Task
 from sandbox.tasks.pyautogui import Special, translate
 from sandbox.tasks.runtime import Fixtures, TaskRuntime
 from sandbox.tasks.setup import run_setup

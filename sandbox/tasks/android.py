@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
-from sandbox.tasks.model import TaskError
+from sandbox.tasks.errors import TaskError
 from sandbox.tasks.runtime import TaskRuntime
 from sandbox.tasks.values import EvalContext
 

@@ -19,9 +19,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox.tasks.errors import TaskError
 from sandbox.tasks.getters import get
 from sandbox.tasks.metrics import METRICS
-from sandbox.tasks.model import Getter, Task, TaskError
+from sandbox.tasks.model import Getter, Task
 from sandbox.tasks.runtime import Fixtures, TaskRuntime
 from sandbox.tasks.setup import run_steps
 from sandbox.tasks.values import EvalContext, FileData

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sandbox.tasks import android, osworld, scripts
+from sandbox.tasks.errors import TaskError
 from sandbox.tasks.getters_chrome import CHROME_GETTERS, NEEDS_BROWSER, NEEDS_CHROMIUM
-from sandbox.tasks.model import TaskError
 from sandbox.tasks.transfer import get_file
 from sandbox.tasks.values import EvalContext, FileData
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from sandbox.errors import InvalidArgument
 from sandbox.models import SandboxKind, ScreenSize
+from sandbox.tasks.errors import TaskError
 
 if TYPE_CHECKING:
     from sandbox.tasks.runtime import Fixtures
@@ -27,14 +27,6 @@ TASK_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER, Sa
 DEFAULT_KIND = SandboxKind.DESKTOP
 OSWORLD_MAX_STEPS = 15
 """OSWorld's runner stops an episode after 15 steps by default."""
-
-
-class TaskError(InvalidArgument):
-    """A task that cannot run here, or a step of it that failed. ``problems`` lists every reason found."""
-
-    def __init__(self, message: str, problems: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.problems = list(problems) if problems else [message]
 
 
 class _Open(BaseModel):

@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from sandbox.tasks.model import TaskError
+from sandbox.tasks.errors import TaskError
 
 SANDBOX_HOME = "/home/sandbox"
 OSWORLD_HOME = "/home/user"

@@ -10,7 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 from sandbox.models import ExecResult, SandboxKind
-from sandbox.tasks.model import TaskError
+from sandbox.tasks.errors import TaskError
 
 FIXTURES_DIR = "fixtures"
 FIXTURES_MAP = "fixtures.json"

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from sandbox.models import ExecResult
-from sandbox.tasks.model import TaskError
+from sandbox.tasks.errors import TaskError
 
 CDP_PORTS = (9222, 1337)
 """Where Chromium's DevTools answer: 9222 in the browser sandbox; OSWorld starts Chrome on 1337."""

@@ -43,8 +43,9 @@ from typing import Any
 from sandbox.errors import SandboxError
 from sandbox.models import SandboxKind
 from sandbox.tasks import android, osworld, scripts
+from sandbox.tasks.errors import TaskError
 from sandbox.tasks.matching import compare_urls
-from sandbox.tasks.model import SetupStep, Task, TaskError
+from sandbox.tasks.model import SetupStep, Task
 from sandbox.tasks.runtime import Fixtures, TaskRuntime
 from sandbox.tasks.transfer import put_file
 

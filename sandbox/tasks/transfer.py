@@ -8,7 +8,7 @@ import secrets
 import shlex
 
 from sandbox.errors import InvalidArgument, NotFound, PermissionDenied
-from sandbox.tasks.model import TaskError
+from sandbox.tasks.errors import TaskError
 from sandbox.tasks.osworld import STATE_DIR
 from sandbox.tasks.runtime import TaskRuntime
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.errors import FailedPrecondition, NotFound
-from sandbox.tasks.model import Task, TaskError
+from sandbox.tasks.errors import TaskError
+from sandbox.tasks.model import Task
 from sandbox.trajectories.models import Trajectory
 
 
