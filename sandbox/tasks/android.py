@@ -21,15 +21,11 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from xml.etree import ElementTree
 
 from sandbox.tasks.errors import TaskError
-from sandbox.tasks.runtime import TaskRuntime
-from sandbox.tasks.values import EvalContext
-
-if TYPE_CHECKING:
-    from sandbox.tasks.setup import StepContext
+from sandbox.tasks.runtime import EvalContext, StepContext, TaskRuntime
 
 ADB_TIMEOUT_S = 120.0
 INSTALL_TIMEOUT_S = 300.0
@@ -93,7 +89,7 @@ async def _open_app(ctx: StepContext, p: dict[str, Any]) -> None:
         raise TaskError(f"{ctx.label}: cannot open {package}: {out.strip()[:300]}")
 
 
-StepFn = Callable[["StepContext", dict[str, Any]], Awaitable[None]]
+StepFn = Callable[[StepContext, dict[str, Any]], Awaitable[None]]
 STEPS: dict[str, tuple[StepFn, tuple[str, ...], tuple[str, ...]]] = {
     "adb_shell": (_adb_shell_step, ("command",), ()),
     "adb_install": (_adb_install, ("path",), ()),

@@ -23,9 +23,9 @@ from sandbox.tasks.errors import TaskError
 from sandbox.tasks.getters import get
 from sandbox.tasks.metrics import METRICS
 from sandbox.tasks.model import Getter, Task
-from sandbox.tasks.runtime import Fixtures, TaskRuntime
+from sandbox.tasks.runtime import EvalContext, Fixtures, TaskRuntime
 from sandbox.tasks.setup import run_steps
-from sandbox.tasks.values import EvalContext, FileData
+from sandbox.tasks.values import FileData
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ async def evaluate(
     if last_action == "FAIL":
         return EvaluationResult(reward=0.0, conj=ev.conj, reason="the episode ended with FAIL on a feasible task")
 
-    ctx = EvalContext(runtime, fixtures, task)
+    ctx = EvalContext(runtime, fixtures)
     slots = ev.slots()
     details: list[MetricDetail] = []
     scores: list[float] = []

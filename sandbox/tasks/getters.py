@@ -19,8 +19,9 @@ from typing import Any
 from sandbox.tasks import android, osworld, scripts
 from sandbox.tasks.errors import TaskError
 from sandbox.tasks.getters_chrome import CHROME_GETTERS, NEEDS_BROWSER, NEEDS_CHROMIUM
+from sandbox.tasks.runtime import EvalContext
 from sandbox.tasks.transfer import get_file
-from sandbox.tasks.values import EvalContext, FileData
+from sandbox.tasks.values import FileData
 
 COMMAND_TIMEOUT_S = 120.0
 

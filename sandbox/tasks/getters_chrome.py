@@ -26,8 +26,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from sandbox.tasks import osworld
+from sandbox.tasks.runtime import EvalContext
 from sandbox.tasks.transfer import get_file
-from sandbox.tasks.values import EvalContext
 
 PROFILE = f"{osworld.CHROME_PROFILE}/Default"
 LOCAL_STATE = f"{osworld.CHROME_PROFILE}/Local State"

@@ -1,10 +1,12 @@
-"""What task setup and evaluation need from a sandbox (:class:`TaskRuntime`), and where ``download`` URLs come
-from when the sandbox has no network (:class:`Fixtures`)."""
+"""What task setup and evaluation need from a sandbox (:class:`TaskRuntime`), where ``download`` URLs come from when
+the sandbox has no network (:class:`Fixtures`), and the two together as a setup step's handler and an evaluator's
+getter are given them (:class:`StepContext`, :class:`EvalContext`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
@@ -127,6 +129,25 @@ class Fixtures:
 
     def __repr__(self) -> str:
         return f"Fixtures(directory={self.directory}, urls={len(self.urls)})"
+
+
+@dataclass
+class StepContext:
+    """What a setup step's handler is given: the sandbox, the fixtures, what ``{CLIENT_PASSWORD}`` stands for, and
+    the step's label for its errors (``config[2] (download)``)."""
+
+    runtime: TaskRuntime
+    fixtures: Fixtures
+    password: str
+    label: str
+
+
+@dataclass
+class EvalContext:
+    """What an evaluator's getter is given: the sandbox and the fixtures (``cloud_file`` reads them)."""
+
+    runtime: TaskRuntime
+    fixtures: Fixtures
 
 
 def _mirror_path(directory: Path, url: str) -> Path | None:

@@ -37,7 +37,6 @@ import asyncio
 import posixpath
 import shlex
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from sandbox.errors import SandboxError
@@ -46,7 +45,7 @@ from sandbox.tasks import android, osworld, scripts
 from sandbox.tasks.errors import TaskError
 from sandbox.tasks.matching import compare_urls
 from sandbox.tasks.model import SetupStep, Task
-from sandbox.tasks.runtime import Fixtures, TaskRuntime
+from sandbox.tasks.runtime import Fixtures, StepContext, TaskRuntime
 from sandbox.tasks.transfer import put_file
 
 EXEC_TIMEOUT_S = 120.0
@@ -55,14 +54,6 @@ UNTIL_INTERVAL_S = 0.3
 OPEN_WAIT_S = 30.0
 WINDOW_WAIT_S = 15.0
 MAX_SLEEP_S = 600.0
-
-
-@dataclass
-class StepContext:
-    runtime: TaskRuntime
-    fixtures: Fixtures
-    password: str
-    label: str
 
 
 Handler = Callable[[StepContext, dict[str, Any]], Awaitable[None]]

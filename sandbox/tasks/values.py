@@ -1,12 +1,8 @@
-"""What getters hand to metrics, and what getters are given."""
+"""What getters hand to metrics: a file's bytes with where they came from, and the metrics' way to read either."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
-
-from sandbox.tasks.model import Task
-from sandbox.tasks.runtime import Fixtures, TaskRuntime
 
 
 class FileData(NamedTuple):
@@ -19,13 +15,6 @@ class FileData(NamedTuple):
     @property
     def text(self) -> str:
         return self.data.decode("utf-8", errors="replace")
-
-
-@dataclass
-class EvalContext:
-    runtime: TaskRuntime
-    fixtures: Fixtures
-    task: Task
 
 
 def file_text(value: Any) -> str | None:

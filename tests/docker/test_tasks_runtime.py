@@ -164,14 +164,11 @@ async def test_a_pyautogui_click_lands_where_it_says(make_sandbox: SandboxFactor
 
 async def test_chrome_profile_getters_read_the_browsers_profile(make_sandbox: SandboxFactory) -> None:
     from sandbox.tasks.getters import get
-    from sandbox.tasks.values import EvalContext
+    from sandbox.tasks.runtime import EvalContext
 
     sb = await make_sandbox("browser")
     runtime = AgentRuntime(sb.agent, sb.spec)
-    task = Task.from_dict(
-        {"id": "t", "instruction": "-", "sandbox": {"kind": "browser"}, "evaluator": {"func": "infeasible"}}
-    )
-    ctx = EvalContext(runtime, Fixtures(), task)
+    ctx = EvalContext(runtime, Fixtures())
     await sb.agent.write_file("/workspace/a.html", b"<title>Page A</title>")
     await sb.agent.navigate("file:///workspace/a.html")
     assert await get(ctx, "active_url_from_accessTree", {}) == "file:///workspace/a.html"

@@ -14,7 +14,8 @@ import pytest
 from sandbox.models import ExecResult, SandboxKind
 from sandbox.tasks import Fixtures, Task, TaskError, evaluate, osworld
 from sandbox.tasks.getters import get
-from sandbox.tasks.values import EvalContext, FileData
+from sandbox.tasks.runtime import EvalContext
+from sandbox.tasks.values import FileData
 from tests.unit.test_tasks_setup import FakeRuntime, ok
 
 
@@ -120,7 +121,7 @@ async def test_a_task_that_cannot_run_is_not_evaluated() -> None:
 
 
 def ctx(rt: FakeRuntime, fixtures: Fixtures | None = None) -> EvalContext:
-    return EvalContext(rt, fixtures or Fixtures(), make({"func": "infeasible"}, kind=rt.kind.value))
+    return EvalContext(rt, fixtures or Fixtures())
 
 
 async def test_file_getters(tmp_path: Path) -> None:
