@@ -13,7 +13,7 @@ from sandbox.tasks.getters import (
 )
 from sandbox.tasks.metrics import METRICS
 from sandbox.tasks.model import TASK_KINDS, Getter, SetupStep, Task
-from sandbox.tasks.setup import NEEDS_ANDROID, NEEDS_BROWSER, NEEDS_DISPLAY, NOT_ON_ANDROID, PARAMETERS, STEPS
+from sandbox.tasks.setup_steps import NEEDS_ANDROID, NEEDS_BROWSER, NEEDS_DISPLAY, NOT_ON_ANDROID, PARAMETERS, STEPS
 
 SETUP_TYPES = frozenset(STEPS)
 GETTER_TYPES = frozenset(GETTERS)

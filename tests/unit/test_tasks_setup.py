@@ -11,7 +11,7 @@ import pytest
 
 from sandbox.errors import NotFound, PermissionDenied, Unavailable
 from sandbox.models import ExecResult, SandboxKind
-from sandbox.tasks import Fixtures, Task, TaskError, osworld, run_setup, scripts, setup
+from sandbox.tasks import Fixtures, Task, TaskError, osworld, run_setup, scripts, setup_steps
 
 Handler = Callable[[str | list[str]], ExecResult | None]
 
@@ -120,14 +120,14 @@ async def test_commands_map_osworld_home_chrome_and_python() -> None:
         step("launch", command="/usr/bin/google-chrome-stable --incognito", shell=True),
     )
     await run_setup(task, rt, Fixtures())
-    cmds = [e["cmd"] for e in rt.execs if e["cmd"] != setup.WM_READY]  # launch first waits for the window manager
+    cmds = [e["cmd"] for e in rt.execs if e["cmd"] != setup_steps.WM_READY]  # launch first waits for the window manager
     assert cmds[0] == ["python3", "-c", "print(1)", "/home/sandbox/a", "/home/sandbox/b"]
     assert cmds[1] == "cp /home/sandbox/x /home/username/y ~/.config/chromium/Default/z"
     assert cmds[2] == ["bash", "-c", "echo $0-$1", "one", "two"]  # a list with shell: the script, then $0 $1 ...
     assert "chromium --remote-debugging-port=1337 https://x.test" in cmds[3] and "setsid" in cmds[3]
     assert "chromium --incognito" in cmds[4]
-    assert all(e["keep_background"] for e in rt.execs[3:] if e["cmd"] != setup.WM_READY)
-    assert [e["cmd"] for e in rt.execs].count(setup.WM_READY) == 2
+    assert all(e["keep_background"] for e in rt.execs[3:] if e["cmd"] != setup_steps.WM_READY)
+    assert [e["cmd"] for e in rt.execs].count(setup_steps.WM_READY) == 2
 
 
 async def test_execute_keeps_outputs_for_cache_file_and_retries_until() -> None:
@@ -217,7 +217,7 @@ async def test_open_uses_the_default_application_and_waits_for_the_window() -> N
 
     rt = FakeRuntime(handler=answer)
     await run_setup(task_with(step("open", path="/home/user/Desktop/notes.txt")), rt, Fixtures())
-    assert rt.execs[0]["cmd"] == setup.WM_READY
+    assert rt.execs[0]["cmd"] == setup_steps.WM_READY
     assert rt.execs[1]["cmd"][-1] == "/home/sandbox/Desktop/notes.txt" and rt.execs[1]["keep_background"]
     assert rt.execs[2]["cmd"][-1] == r"notes\.txt|notes"
     rt = FakeRuntime(handler=lambda cmd: ok(stderr="no such file or folder: /x", code=1))
