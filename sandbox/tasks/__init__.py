@@ -3,7 +3,7 @@
 - :mod:`~sandbox.tasks.model`: :class:`Task` (load, check, dump, digest), :class:`TaskError`
 - :mod:`~sandbox.tasks.runtime`: :class:`TaskRuntime` (what a sandbox must offer), :class:`Fixtures` (offline
   ``download`` URLs)
-- :mod:`~sandbox.tasks.setup_steps`: :func:`run_setup` (``config`` steps); :mod:`~sandbox.tasks.osworld`: OSWorld's
+- :mod:`~sandbox.tasks.setup`: :func:`run_setup` (``config`` steps); :mod:`~sandbox.tasks.osworld`: OSWorld's
   paths, commands and placeholders mapped onto the sandboxes
 - :mod:`~sandbox.tasks.evaluate`: :func:`evaluate` (postconfig, getters, metrics, ``conj``) ->
   :class:`EvaluationResult`; getters in :mod:`~sandbox.tasks.getters` (+ ``getters_chrome``), metrics in
@@ -21,7 +21,7 @@ from sandbox.tasks.evaluate import EvaluationResult, MetricDetail, evaluate
 from sandbox.tasks.model import Evaluator, Getter, Limits, SandboxTarget, SetupStep, Task
 from sandbox.tasks.pyautogui import Special, translate
 from sandbox.tasks.runtime import Fixtures, TaskRuntime
-from sandbox.tasks.setup_steps import run_setup
+from sandbox.tasks.setup import run_setup
 
 __all__ = [
     "EvaluationResult",

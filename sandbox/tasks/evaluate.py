@@ -24,7 +24,7 @@ from sandbox.tasks.getters import get
 from sandbox.tasks.metrics import METRICS
 from sandbox.tasks.model import Getter, Task
 from sandbox.tasks.runtime import EvalContext, Fixtures, TaskRuntime
-from sandbox.tasks.setup_steps import run_steps
+from sandbox.tasks.setup import run_steps
 from sandbox.tasks.values import FileData
 
 log = logging.getLogger(__name__)

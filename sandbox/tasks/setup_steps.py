@@ -1,5 +1,6 @@
-"""Running a task's setup steps (``config``, and the evaluator's ``postconfig``) in a sandbox, as OSWorld's setup
-controller does. See :mod:`sandbox.tasks.osworld` for how OSWorld's paths, commands and placeholders map here.
+"""The setup step types a task's ``config`` (and its evaluator's ``postconfig``) may use, each done here as
+OSWorld's setup controller does it. See :mod:`sandbox.tasks.osworld` for how OSWorld's paths, commands and
+placeholders map here.
 
 ======================  ===========================================================================================
 type                    what it does here
@@ -27,8 +28,9 @@ type                    what it does here
 ``open_app``
 ======================  ===========================================================================================
 
-A step that fails raises :class:`TaskError` naming it (``config[2] (download)``); errors of the sandbox itself
-(``Unavailable``, ``DeadlineExceeded``, ...) keep their class, with the step named in the message.
+Each type registers its handler, its parameters (required, optional) and what sandbox it needs (a display, a
+browser, android) here; :mod:`sandbox.tasks.setup` runs a task's steps by them, and :mod:`sandbox.tasks.catalog`
+checks a task's steps against them before it runs.
 """
 
 from __future__ import annotations
@@ -44,8 +46,7 @@ from sandbox.models import SandboxKind
 from sandbox.tasks import android, osworld, scripts
 from sandbox.tasks.errors import TaskError
 from sandbox.tasks.matching import compare_urls
-from sandbox.tasks.model import SetupStep, Task
-from sandbox.tasks.runtime import Fixtures, StepContext, TaskRuntime
+from sandbox.tasks.runtime import StepContext, TaskRuntime
 from sandbox.tasks.transfer import put_file
 
 EXEC_TIMEOUT_S = 120.0
@@ -79,27 +80,6 @@ def _step(*names: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
 
 for _name, (_fn, _required, _optional) in android.STEPS.items():  # sandbox.tasks.android's, android sandboxes only
     _step(_name, required=_required, optional=_optional)(_fn)
-
-
-async def run_setup(task: Task, runtime: TaskRuntime, fixtures: Fixtures, *, password: str = "password") -> None:
-    """Run ``task.config`` in order. ``password`` is what ``{CLIENT_PASSWORD}`` stands for."""
-    await run_steps(task.config, runtime, fixtures, password=password, where="config")
-
-
-async def run_steps(
-    steps: list[SetupStep], runtime: TaskRuntime, fixtures: Fixtures, *, password: str, where: str
-) -> None:
-    for index, step in enumerate(steps):
-        label = f"{where}[{index}] ({step.type})"
-        handler = STEPS.get(step.type)
-        if handler is None:
-            raise TaskError(f"{label}: unsupported setup type {step.type!r}")
-        try:
-            await handler(StepContext(runtime, fixtures, password, label), dict(step.parameters))
-        except TaskError as e:
-            raise TaskError(f"setup failed at {label}: {e.message}") from e
-        except SandboxError as e:
-            raise type(e)(f"setup failed at {label}: {e.message}") from e
 
 
 _MISSING: Any = object()
