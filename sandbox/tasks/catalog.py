@@ -1,6 +1,13 @@
-"""What this platform supports of OSWorld's task format, and the checks that refuse a task before it runs."""
+"""What this platform supports of OSWorld's task format: the setup step types, getter types and metric functions it
+implements (as :mod:`~sandbox.tasks.setup_steps`, :mod:`~sandbox.tasks.getters` and :mod:`~sandbox.tasks.metrics`
+register them), where each can run, and the check of one step or getter against that. The task model
+(:meth:`~sandbox.tasks.model.Task.problems`) walks a task with these checks, so a task that cannot run here is
+refused when it is loaded."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from sandbox.models import SandboxKind
 from sandbox.tasks.getters import (
@@ -12,7 +19,6 @@ from sandbox.tasks.getters import (
     GETTERS,
 )
 from sandbox.tasks.metrics import METRICS
-from sandbox.tasks.model import TASK_KINDS, Getter, SetupStep, Task
 from sandbox.tasks.setup_steps import NEEDS_ANDROID, NEEDS_BROWSER, NEEDS_DISPLAY, NOT_ON_ANDROID, PARAMETERS, STEPS
 
 SETUP_TYPES = frozenset(STEPS)
@@ -23,106 +29,41 @@ BROWSER_KINDS = (SandboxKind.BROWSER, SandboxKind.DESKTOP)
 the steps and getters that talk to the live browser: OSWorld's Chrome tasks launch it so."""
 
 
-def problems(task: Task) -> list[str]:
-    kind = task.sandbox.kind
-    found: list[str] = []
-    if kind not in TASK_KINDS:
-        found.append(
-            f"sandbox kind {kind.value!r} cannot run tasks (use one of {', '.join(k.value for k in TASK_KINDS)})"
-        )
-    found += _steps(task.config, "config", kind)
-    ev = task.evaluator
-    found += _steps(ev.postconfig, "evaluator.postconfig", kind)
-    for name in dict.fromkeys(ev.funcs):
-        if name not in METRIC_NAMES:
-            found.append(f"evaluator: unsupported function {name!r}")
-    if ev.func == "infeasible":
-        return found
-    if isinstance(ev.func, list) and "infeasible" in ev.func:
-        found.append("evaluator: 'infeasible' must be the only function")
-    n = len(ev.funcs)
-    for field in ("result", "expected", "options"):
-        value = getattr(ev, field)
-        if isinstance(ev.func, list) and value is not None and (not isinstance(value, list) or len(value) != n):
-            size = f"{len(value)} items" if isinstance(value, list) else "a single value"
-            found.append(f"evaluator: func lists {n} functions but {field} has {size}; they pair up one to one")
-        elif isinstance(ev.func, str) and isinstance(value, list):
-            found.append(f"evaluator: func is a single function but {field} is a list")
-    for where, getter in _getters(task):
-        found += _getter(getter, where, kind)
-    return found
-
-
-def _steps(steps: list[SetupStep], where: str, kind: SandboxKind) -> list[str]:
+def step_problems(step_type: str, parameters: Mapping[str, Any], kind: SandboxKind, label: str) -> list[str]:
+    """Why a setup step of ``step_type`` with ``parameters`` cannot run in a ``kind`` sandbox; ``[]`` if it can."""
+    if step_type not in SETUP_TYPES:
+        return [f"{label}: unsupported setup type {step_type!r}"]
     found = []
-    for index, step in enumerate(steps):
-        label = f"{where}[{index}] ({step.type})"
-        if step.type not in SETUP_TYPES:
-            found.append(f"{label}: unsupported setup type {step.type!r}")
-            continue
-        required, optional = PARAMETERS[step.type]
-        for name in required:
-            if step.parameters.get(name) is None:
-                found.append(f"{label}: missing parameter {name!r}")
-        for name in step.parameters:
-            if name not in required and name not in optional:
-                found.append(f"{label}: unknown parameter {name!r}")
-        if step.type in NEEDS_DISPLAY and not kind.has_display:
-            found.append(f"{label}: needs a display, which a {kind.value} sandbox has not")
-        if step.type in NEEDS_BROWSER and kind not in BROWSER_KINDS:
-            found.append(f"{label}: needs a browser, which a {kind.value} sandbox has not")
-        if step.type in NEEDS_ANDROID and kind is not SandboxKind.ANDROID:
-            found.append(f"{label}: needs an android sandbox (adb, an emulator), not a {kind.value} one")
-        if step.type in NOT_ON_ANDROID and kind is SandboxKind.ANDROID:
-            found.append(f"{label}: needs an X desktop, which an android sandbox has not (use open_app or adb_shell)")
+    required, optional = PARAMETERS[step_type]
+    for name in required:
+        if parameters.get(name) is None:
+            found.append(f"{label}: missing parameter {name!r}")
+    for name in parameters:
+        if name not in required and name not in optional:
+            found.append(f"{label}: unknown parameter {name!r}")
+    if step_type in NEEDS_DISPLAY and not kind.has_display:
+        found.append(f"{label}: needs a display, which a {kind.value} sandbox has not")
+    if step_type in NEEDS_BROWSER and kind not in BROWSER_KINDS:
+        found.append(f"{label}: needs a browser, which a {kind.value} sandbox has not")
+    if step_type in NEEDS_ANDROID and kind is not SandboxKind.ANDROID:
+        found.append(f"{label}: needs an android sandbox (adb, an emulator), not a {kind.value} one")
+    if step_type in NOT_ON_ANDROID and kind is SandboxKind.ANDROID:
+        found.append(f"{label}: needs an X desktop, which an android sandbox has not (use open_app or adb_shell)")
     return found
 
 
-def _getters(task: Task) -> list[tuple[str, Getter]]:
-    out: list[tuple[str, Getter]] = []
-    for field in ("result", "expected"):
-        value = getattr(task.evaluator, field)
-        items = value if isinstance(value, list) else [value]
-        for index, getter in enumerate(items):
-            if getter is not None:
-                where = f"evaluator.{field}" + (f"[{index}]" if isinstance(value, list) else "")
-                out.append((where, getter))
-    return out
-
-
-def _getter(getter: Getter, where: str, kind: SandboxKind) -> list[str]:
-    if getter.type not in GETTER_TYPES:
-        return [f"{where}: unsupported getter type {getter.type!r}"]
-    if getter.type in GETTER_NEEDS_ANDROID and kind is not SandboxKind.ANDROID:
-        return [f"{where}: getter {getter.type!r} needs an android sandbox, not a {kind.value} one"]
-    if getter.type in GETTER_NOT_ON_ANDROID and kind is SandboxKind.ANDROID:
-        return [f"{where}: getter {getter.type!r} reads the X desktop, which an android sandbox has not"]
-    if getter.type in GETTER_NEEDS_BROWSER and kind not in BROWSER_KINDS:
-        return [f"{where}: getter {getter.type!r} needs a browser, which a {kind.value} sandbox has not"]
-    if getter.type in GETTER_NEEDS_DISPLAY and not kind.has_display:
-        return [f"{where}: getter {getter.type!r} needs a display, which a {kind.value} sandbox has not"]
-    if getter.type in GETTER_NEEDS_CHROMIUM and kind not in BROWSER_KINDS:
-        return [f"{where}: getter {getter.type!r} reads Chromium's profile; a {kind.value} sandbox has no Chromium"]
+def getter_problems(getter_type: str, kind: SandboxKind, where: str) -> list[str]:
+    """Why a getter of ``getter_type`` cannot run in a ``kind`` sandbox; ``[]`` if it can."""
+    if getter_type not in GETTER_TYPES:
+        return [f"{where}: unsupported getter type {getter_type!r}"]
+    if getter_type in GETTER_NEEDS_ANDROID and kind is not SandboxKind.ANDROID:
+        return [f"{where}: getter {getter_type!r} needs an android sandbox, not a {kind.value} one"]
+    if getter_type in GETTER_NOT_ON_ANDROID and kind is SandboxKind.ANDROID:
+        return [f"{where}: getter {getter_type!r} reads the X desktop, which an android sandbox has not"]
+    if getter_type in GETTER_NEEDS_BROWSER and kind not in BROWSER_KINDS:
+        return [f"{where}: getter {getter_type!r} needs a browser, which a {kind.value} sandbox has not"]
+    if getter_type in GETTER_NEEDS_DISPLAY and not kind.has_display:
+        return [f"{where}: getter {getter_type!r} needs a display, which a {kind.value} sandbox has not"]
+    if getter_type in GETTER_NEEDS_CHROMIUM and kind not in BROWSER_KINDS:
+        return [f"{where}: getter {getter_type!r} reads Chromium's profile; a {kind.value} sandbox has no Chromium"]
     return []
-
-
-def config_urls(steps: list[SetupStep]) -> list[str]:
-    """The URLs ``download`` steps fetch, in order, each once."""
-    urls: dict[str, None] = {}
-    for step in steps:
-        if step.type == "download" and isinstance(step.parameters.get("files"), list):
-            for entry in step.parameters["files"]:
-                if isinstance(entry, dict) and isinstance(entry.get("url"), str):
-                    urls[entry["url"]] = None
-    return list(urls)
-
-
-def download_urls(task: Task) -> list[str]:
-    urls = dict.fromkeys(config_urls(task.config) + config_urls(task.evaluator.postconfig))
-    for _, getter in _getters(task):
-        if getter.type == "cloud_file":
-            path = getter.params.get("path")
-            for url in path if isinstance(path, list) else [path]:
-                if isinstance(url, str):
-                    urls[url] = None
-    return list(urls)

@@ -6,6 +6,10 @@ Which sandbox a task runs in: its ``sandbox`` (``{"kind": "terminal"|"desktop"|"
 "screen": {...}}``) when it has one. Without it the task gets a **desktop**, whatever its ``snapshot`` or
 ``related_apps`` say: every OSWorld task, its Chrome ones included, runs in a full desktop where Chrome is one app
 among others. A task meant for the terminal, the browser or the android sandbox says so in ``sandbox``.
+
+A task is checked when it is loaded: its steps, getters and evaluator functions against what this platform supports
+(:mod:`~sandbox.tasks.catalog`, which gathers them from the step, getter and metric modules), so the model sits
+above all of them in the package's layers (pyproject.toml's import-linter contract ``tasks-layers``).
 """
 
 from __future__ import annotations
@@ -13,15 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from sandbox.models import SandboxKind, ScreenSize
+from sandbox.tasks.catalog import METRIC_NAMES, getter_problems, step_problems
 from sandbox.tasks.errors import TaskError
-
-if TYPE_CHECKING:
-    from sandbox.tasks.runtime import Fixtures
+from sandbox.tasks.runtime import Fixtures
 
 TASK_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER, SandboxKind.ANDROID)
 DEFAULT_KIND = SandboxKind.DESKTOP
@@ -185,8 +188,6 @@ class Task(_Open):
     def from_file(cls, path: str | Path, *, fixtures: Fixtures | None = None) -> Task:
         """The task in a JSON file. Its ``download`` URLs resolve through ``fixtures``, by default the ``fixtures/``
         folder beside the file and its ``fixtures.json`` URL map (see :class:`~sandbox.tasks.runtime.Fixtures`)."""
-        from sandbox.tasks.runtime import Fixtures
-
         path = Path(path)
         try:
             text = path.read_bytes()
@@ -212,16 +213,19 @@ class Task(_Open):
 
     def download_urls(self) -> list[str]:
         """Every URL the task fetches: ``download`` steps in config and postconfig, ``cloud_file`` getters."""
-        from sandbox.tasks.catalog import download_urls
-
-        return download_urls(self)
+        urls = dict.fromkeys(config_urls(self.config) + config_urls(self.evaluator.postconfig))
+        for _, getter in _getters(self.evaluator):
+            if getter.type == "cloud_file":
+                path = getter.params.get("path")
+                for url in path if isinstance(path, list) else [path]:
+                    if isinstance(url, str):
+                        urls[url] = None
+        return list(urls)
 
     def digest(self, fixtures: Fixtures | None = None) -> str:
         """A stable hash (64 hex digits) of what decides the state after setup: the sandbox target, the config
         steps and the content of the fixtures the config downloads. Instruction, evaluator and limits do not count:
         two tasks with the same digest can share one post-setup snapshot."""
-        from sandbox.tasks.catalog import config_urls
-
         fixtures = fixtures or self._fixtures
         contents: dict[str, str | None] = {}
         for url in config_urls(self.config):
@@ -237,10 +241,35 @@ class Task(_Open):
 
     def problems(self) -> list[str]:
         """Every reason this task cannot run here (unsupported setup types, evaluator functions, getter types, by
-        name; steps its sandbox kind cannot do; lists that do not pair up); ``[]`` when it can run."""
-        from sandbox.tasks.catalog import problems
-
-        return problems(self)
+        name; steps its sandbox kind cannot do; lists that do not pair up); ``[]`` when it can run. What is
+        supported, and where, is the catalog's (:mod:`sandbox.tasks.catalog`); how a task is put together, here."""
+        kind = self.sandbox.kind
+        found: list[str] = []
+        if kind not in TASK_KINDS:
+            found.append(
+                f"sandbox kind {kind.value!r} cannot run tasks (use one of {', '.join(k.value for k in TASK_KINDS)})"
+            )
+        found += _step_problems(self.config, "config", kind)
+        ev = self.evaluator
+        found += _step_problems(ev.postconfig, "evaluator.postconfig", kind)
+        for name in dict.fromkeys(ev.funcs):
+            if name not in METRIC_NAMES:
+                found.append(f"evaluator: unsupported function {name!r}")
+        if ev.func == "infeasible":
+            return found
+        if isinstance(ev.func, list) and "infeasible" in ev.func:
+            found.append("evaluator: 'infeasible' must be the only function")
+        n = len(ev.funcs)
+        for field in ("result", "expected", "options"):
+            value = getattr(ev, field)
+            if isinstance(ev.func, list) and value is not None and (not isinstance(value, list) or len(value) != n):
+                size = f"{len(value)} items" if isinstance(value, list) else "a single value"
+                found.append(f"evaluator: func lists {n} functions but {field} has {size}; they pair up one to one")
+            elif isinstance(ev.func, str) and isinstance(value, list):
+                found.append(f"evaluator: func is a single function but {field} is a list")
+        for where, getter in _getters(ev):
+            found += getter_problems(getter.type, kind, where)
+        return found
 
     def warnings(self, fixtures: Fixtures | None = None) -> list[str]:
         """What would fail only when run: ``download``/``cloud_file`` URLs that have no fixture."""
@@ -254,3 +283,34 @@ class Task(_Open):
     @property
     def infeasible(self) -> bool:
         return self.evaluator.func == "infeasible"
+
+
+def config_urls(steps: list[SetupStep]) -> list[str]:
+    """The URLs ``download`` steps fetch, in order, each once."""
+    urls: dict[str, None] = {}
+    for step in steps:
+        if step.type == "download" and isinstance(step.parameters.get("files"), list):
+            for entry in step.parameters["files"]:
+                if isinstance(entry, dict) and isinstance(entry.get("url"), str):
+                    urls[entry["url"]] = None
+    return list(urls)
+
+
+def _step_problems(steps: list[SetupStep], where: str, kind: SandboxKind) -> list[str]:
+    found: list[str] = []
+    for index, step in enumerate(steps):
+        found += step_problems(step.type, step.parameters, kind, f"{where}[{index}] ({step.type})")
+    return found
+
+
+def _getters(evaluator: Evaluator) -> list[tuple[str, Getter]]:
+    """Each getter of the evaluator, with where it is (``evaluator.result[1]``)."""
+    out: list[tuple[str, Getter]] = []
+    for field in ("result", "expected"):
+        value = getattr(evaluator, field)
+        items = value if isinstance(value, list) else [value]
+        for index, getter in enumerate(items):
+            if getter is not None:
+                where = f"evaluator.{field}" + (f"[{index}]" if isinstance(value, list) else "")
+                out.append((where, getter))
+    return out
