@@ -9,8 +9,8 @@ import time
 from sandbox.backends.base import Backend
 from sandbox.capacity.admission import Admission
 from sandbox.errors import InvalidArgument, NotFound
-from sandbox.models.rules import SNAPSHOT_NAME as SNAPSHOT_NAME_RULE
 from sandbox.models import SandboxKind, SnapshotInfo
+from sandbox.models.rules import SNAPSHOT_NAME as SNAPSHOT_NAME_RULE
 from sandbox.observability.metrics import Metrics
 from sandbox.service.auth import Principal
 from sandbox.service.autostart import capture_autostart

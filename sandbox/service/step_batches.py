@@ -13,8 +13,8 @@ from typing import NamedTuple, Protocol
 
 from sandbox.errors import InternalError, SandboxError
 from sandbox.models import Action, Observation
-from sandbox.service.auth import Principal
 from sandbox.models.step_batch import check_step_batch
+from sandbox.service.auth import Principal
 
 
 class StepOrder(NamedTuple):
