@@ -13,8 +13,8 @@ from pathlib import Path
 
 import docker
 import pytest
-from sandbox.cli_demo import LIVE_GAME, LIVE_KINDS, LIVE_LEASE_S
 
+from sandbox.cli.demo import LIVE_GAME, LIVE_KINDS, LIVE_LEASE_S
 from sandbox.client import Client
 from sandbox.games import STATE_JS
 from tests.conftest import OWNER, RUN_ID, owned_by, require_image

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from sandbox.agent_client import AgentClient
 
+from sandbox.backends.agent_client import AgentClient
 from sandbox.service.autostart import AUTOSTART_FILE, capture_autostart
 from tests.conftest import SandboxFactory
 

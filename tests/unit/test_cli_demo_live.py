@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sandbox import cli_demo
 from sandbox.cli import app
+from sandbox.cli import demo as cli_demo
 from sandbox.errors import NotFound, ResourceExhausted, Unavailable
 from sandbox.games import GAMES
 
