@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -81,14 +82,21 @@ def exec_command(
     cmd: Annotated[list[str], typer.Argument(help="Command and arguments (use -- before them).")],
     timeout: Annotated[float, typer.Option(help="Seconds before the command is killed.")] = 60.0,
     session: Annotated[str | None, typer.Option(help="Persistent shell session to run in.")] = None,
+    background: Annotated[
+        bool, typer.Option("--background", help="Start it and return: it outlives the call (prints its pid).")
+    ] = False,
     target: TargetOpt = DEFAULT_TARGET,
     token: TokenOpt = None,
 ) -> None:
-    """Run a command in a sandbox; prints its output and exits with its exit code."""
+    """Run a command in a sandbox; prints its output and exits with its exit code (with --background: starts a
+    program that keeps running, e.g. a GUI app on a desktop, and prints its process id)."""
     command: str | list[str] = " ".join(cmd) if session or len(cmd) == 1 else cmd
+    if background:
+        line = command if isinstance(command, str) else shlex.join(command)
+        command = f"({line}) </dev/null >/dev/null 2>&1 & echo $!"
     try:
         with connect(target, token) as client:
-            result = client.get(sandbox_id).exec(command, timeout=timeout, session=session)
+            result = client.get(sandbox_id).exec(command, timeout=timeout, session=session, keep_background=background)
     except SandboxError as e:
         fail(e)
     sys.stdout.write(result.stdout)

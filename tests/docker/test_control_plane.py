@@ -340,3 +340,14 @@ def test_tenants_and_a_dead_sandbox(control_plane: ControlPlane, backend: Any) -
                 sandbox.step({"type": "exec", "cmd": "true"})
         finally:
             sandbox.close()
+
+
+def test_the_cli_starts_a_program_in_the_background_that_outlives_the_call(control_plane: ControlPlane) -> None:
+    with Client(control_plane.grpc_target, token=TOKEN) as client, client.create("terminal") as sb:
+        run = [SANDBOX_BIN, "exec", sb.id, "--background", "--", "sleep", "300"]
+        started = subprocess.run(run, env=control_plane.env, capture_output=True, text=True, timeout=60)
+        assert started.returncode == 0, started.stderr
+        pid = started.stdout.strip()
+        assert pid.isdigit(), started.stdout
+        alive = sb.exec(f"kill -0 {pid} && tr '\\0' ' ' </proc/{pid}/cmdline")
+        assert alive.exit_code == 0 and alive.stdout.strip() == "sleep 300", alive
