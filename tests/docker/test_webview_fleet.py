@@ -326,7 +326,7 @@ def real_fleet(docker_client: docker.DockerClient, tmp_path: Path) -> Iterator[R
     with owned_by(docker_client, owner, sockets), started(process):
         url = process.http_url
         with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
-            server = Server(url, http)
+            server = Server(url, http, process.log)
             began = time.monotonic()
             oldest = _create(url, 0, "desktop")
             with ThreadPoolExecutor(CREATE_AT_ONCE) as pool:
