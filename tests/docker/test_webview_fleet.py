@@ -199,7 +199,10 @@ def test_the_list_page_finds_the_one_in_300(fleet: Fleet, browser: Browser, tmp_
     with_screen = {i for i in first if kinds[i] != "terminal"}
     ever = on_screen(page)
     assert set(thumbs) <= ever
-    page.mouse.wheel(0, 900)
+    # Scroll to the first card with a screen (how far that is depends on what sits above the grid: the capacity
+    # panel, the failing terminals' rows), not a fixed distance.
+    first_with_screen = next(i for i in first if kinds[i] != "terminal")
+    page.locator(f"[data-sandbox='{first_with_screen}']").scroll_into_view_if_needed()
     poll(page, "a thumbnail of a card scrolled to", lambda: thumbs)
     page.wait_for_timeout(1500)
     ever |= on_screen(page)
