@@ -263,9 +263,6 @@ class Admission:
         }
         return {use: usage.as_dict() for use, usage in uses.items()}, tenants
 
-    def _fit(self, spec: SandboxSpec, room: Usage) -> int:
-        return self.model.reservation(spec).how_many_fit(room)
-
     def report(self, tenant: str | None = None, *, admin: bool = False) -> CapacityReport:
         """The capacity as the API shows it: all tenants' to an admin, else ``tenant``'s own."""
         allocatable, free = self.model.allocatable, self.free() if self.model.bounded else None
@@ -415,7 +412,7 @@ class Admission:
 def _resources(usage: Usage | None) -> Resources | None:
     if usage is None:
         return None
-    return Resources(cpus=round(usage.cpus, 3), memory_mb=round(usage.memory_mb, 1), pids=usage.pids)
+    return Resources.model_validate(usage.as_dict())  # the gauges' rounding: one rule for both
 
 
 def _why(refusal: Refusal) -> str:
