@@ -2,7 +2,7 @@
 their bodies: the one error body, the statuses a route may answer with it, and the rules of the path parameters.
 
 The OpenAPI document says what the server enforces: a request the schema allows is not refused for its form, and
-every status a route answers with is listed (``tests/unit/test_rest_contract.py`` holds the server to both).
+every status a route answers with is listed (``tests/unit/api/rest/test_contract.py`` holds the server to both).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ after how long, and what to check) is :mod:`sandbox.client._errors`.
 - :class:`AsyncClient` runs them over a **grpc.aio** channel.
 
 Each public method of either client is a one-line hand-off to its driver, and
-``tests/unit/test_sdk_parity.py`` checks the two surfaces have the same names and signatures.
+``tests/unit/client/test_sdk_parity.py`` checks the two surfaces have the same names and signatures.
 
 Why not the other common choice, a sync client that runs the async one on a private event-loop
 thread? It costs two thread hand-offs on every call (latency is the point of this API) and a

@@ -2,7 +2,7 @@
 
 Every method hands an operation from :mod:`sandbox.client._ops` to
 :func:`~sandbox.client._ops.drive_async` over a ``grpc.aio`` channel; the logic lives in ``_ops``.
-:mod:`sandbox.client._sync` is the same surface, blocking (``tests/unit/test_sdk_parity.py``
+:mod:`sandbox.client._sync` is the same surface, blocking (``tests/unit/client/test_sdk_parity.py``
 keeps the signatures identical).
 """
 

@@ -2,7 +2,7 @@
 
 Every method hands an operation from :mod:`sandbox.client._ops` to :func:`~sandbox.client._ops.drive`
 over a blocking gRPC channel; the logic lives in ``_ops``. :mod:`sandbox.client._async` is the same
-surface over ``grpc.aio`` (``tests/unit/test_sdk_parity.py`` keeps the signatures identical).
+surface over ``grpc.aio`` (``tests/unit/client/test_sdk_parity.py`` keeps the signatures identical).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The one service layer behind gRPC, REST, the operator, the lifecycle, the CLI and the SDK: a facade over parts,
 each a class of one concept given its collaborators by keyword (kopf's ``operator(*, lifecycle=..., registry=...)``
 is the model). No part inherits from another, and no two define a method the facade has: each call of the facade goes
-to the one part that owns it, and the calls that span parts are spelled out here (tests/unit/test_service_structure.py
-checks both).
+to the one part that owns it, and the calls that span parts are spelled out here
+(tests/unit/service/test_service_structure.py checks both).
 
     part            concept                                                      module
     records         a sandbox's record: read, find, compare-and-set, swap lock   core.py

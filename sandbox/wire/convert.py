@@ -1,6 +1,6 @@
 """Proto messages ↔ models, shared by the gRPC server (``sandbox.api``) and the SDK (``sandbox.client``).
 
-The proto mirrors the models field for field (``tests/unit/test_proto_sync.py`` keeps them
+The proto mirrors the models field for field (``tests/unit/wire/test_proto_sync.py`` keeps them
 so), which lets one generic walk over the message descriptors do nearly all the work:
 
 - model → proto: ``model_dump()`` and set every field that is not ``None``;

@@ -5,7 +5,7 @@ code for it (``None``: the agent never sends it), its gRPC status and its HTTP s
 else maps errors by hand; from the table come:
 
 - exception → gRPC status and → HTTP status (:func:`grpc_status`, :func:`http_status`): the
-  exception's own row. Every class of ``sandbox.errors`` has one (``tests/unit/test_wire.py``);
+  exception's own row. Every class of ``sandbox.errors`` has one (``tests/unit/wire/test_status.py``);
   a subclass defined elsewhere takes its nearest ancestor's (the ``SandboxError`` row at worst).
 - gRPC status → exception (:func:`from_grpc`, the SDK's side): the **first** row with that
   status. Only ``INTERNAL`` is shared (``InternalError``, ``BackendError``, ``ImageBuildError``,

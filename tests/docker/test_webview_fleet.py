@@ -440,7 +440,7 @@ def test_the_list_page_with_40_real_sandboxes(real_fleet: RealFleet, browser: Br
 
 
 def test_an_android_page_shows_screenshots_and_sends_taps_swipes_and_keys(fleet: Fleet, browser: Browser) -> None:
-    """The page's side of an android sandbox (the server's side is tests/unit/test_webview_android.py): told
+    """The page's side of an android sandbox (the server's side is tests/unit/api/web/test_android.py): told
     ``live: screenshots``, it opens no VNC websocket, shows the screen it fetches, and with control on turns a click
     into a tap at the device's pixel, a drag into a swipe and its keys into key steps. The fleet has no android
     sandbox (no emulator here), so the feed of one of its sandboxes is rewritten to say android."""
