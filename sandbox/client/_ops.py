@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from sandbox import models
+from sandbox import environment, models
 from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.errors import InternalError, InvalidArgument, NotFound, SandboxError
 from sandbox.models.preview import UrlRequest
@@ -75,7 +75,7 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 def target_or_default(target: str | None) -> str:
     """The address a client connects to: the one given, else SANDBOX_TARGET (as the CLI reads it), else
     :data:`DEFAULT_TARGET`."""
-    return target or os.environ.get("SANDBOX_TARGET") or DEFAULT_TARGET
+    return target or environment.target() or DEFAULT_TARGET
 
 
 def deadline(call: Call, timeout: float) -> float:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hmac
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox import environment
 from sandbox.errors import InvalidArgument, Unauthenticated
 
 ANONYMOUS_TENANT = "default"
@@ -78,14 +78,14 @@ def is_structured(raw: dict[str, object]) -> bool:
 def load_document(path: str | None = None) -> dict[str, object]:
     """The tokens document: a JSON file (``--tokens-file`` or ``SANDBOX_TOKENS_FILE``), else ``SANDBOX_TOKENS``, else
     empty."""
-    path = path or os.environ.get("SANDBOX_TOKENS_FILE")
+    path = path or environment.tokens_file()
     if path:
         try:
             doc = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
             raise InvalidArgument(f"cannot read tokens from {path}: {e}") from e
     else:
-        inline = os.environ.get("SANDBOX_TOKENS")
+        inline = environment.tokens_inline()
         if not inline:
             return {}
         try:

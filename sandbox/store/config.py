@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox import environment
+
 if TYPE_CHECKING:
     from sandbox.store.base import Store
 
@@ -17,7 +19,7 @@ def default_state_path() -> str:
     """``/var/lib/sandbox/state.json`` for root, else ``$XDG_STATE_HOME`` (``~/.local/state``)/sandbox/state.json."""
     if os.geteuid() == 0:
         return "/var/lib/sandbox/state.json"
-    state_home = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    state_home = environment.state_home()
     return os.path.join(state_home, "sandbox", "state.json")
 
 

@@ -11,6 +11,7 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox import environment
 from sandbox.trajectories.base import TrajectoryStore
 from sandbox.trajectories.local import LocalTrajectoryStore, frame_hash
 from sandbox.trajectories.models import MAX_MEDIA_BYTES, FrameRef, MediaRef, Trajectory, TrajectoryInfo, TrajectoryStep
@@ -33,7 +34,7 @@ class TrajectorySettings(BaseModel):
             return os.path.expanduser(self.dir)
         if state_path:
             return os.path.join(os.path.dirname(os.path.abspath(os.path.expanduser(state_path))), "trajectories")
-        data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+        data_home = environment.data_home()
         return os.path.join(data_home, "sandbox", "trajectories")
 
     def open(self, state_path: str | None) -> TrajectoryStore | None:

@@ -12,7 +12,13 @@ KIND_FOLDERS = {
     "android": "the Android kind's tests share fakes of adb and the emulator console (android_fakes.py) "
     "across the agent, backend and task layers"
 }
-REPOSITORY_CHECKS = {"test_engine_watch.py", "test_hardening_tables.py", "test_layout.py", "test_no_import_cycles.py"}
+REPOSITORY_CHECKS = {
+    "test_engine_watch.py",
+    "test_environment.py",
+    "test_hardening_tables.py",
+    "test_layout.py",
+    "test_no_import_cycles.py",
+}
 
 
 def test_every_test_folder_names_a_package() -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import html
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +38,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import Field, StrictBool
 
+from sandbox import environment
 from sandbox.api.contract import SandboxId, error_responses
 from sandbox.api.web import vnc_proxy
 from sandbox.api.web.fleet import mount_fleet
@@ -80,7 +80,7 @@ def mount_webview(
     novnc_dir: str | None = None,
 ) -> None:
     """Add the web view's pages, JSON feeds, websocket and static files to ``app``."""
-    novnc = Path(novnc_dir or os.environ.get("SANDBOX_NOVNC_DIR") or DEFAULT_NOVNC_DIR)
+    novnc = Path(novnc_dir or environment.novnc_dir() or DEFAULT_NOVNC_DIR)
     if not (novnc / "core" / "rfb.js").is_file():
         logger.warning("noVNC not found in %s (install Debian's novnc package): the VNC view will not load", novnc)
     pages = {p.name: p.read_text() for p in STATIC_DIR.glob("*.html")}

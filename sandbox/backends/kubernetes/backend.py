@@ -29,10 +29,10 @@ import asyncio
 import base64
 import contextlib
 import logging
-import os
 import secrets
 from typing import Any
 
+from sandbox import environment
 from sandbox.aio import raise_if_cancelled, settled
 from sandbox.backends import android
 from sandbox.backends.agent_client import AgentClient, _TcpTransport
@@ -246,7 +246,7 @@ class KubernetesBackend(Backend):
         """This owner's NetworkPolicies, made once per process (an existing one is left as it is)."""
         if self._policies_ready or not self.config.manage_network_policies:
             return
-        cp_namespace = self.config.control_plane_namespace or os.environ.get("POD_NAMESPACE") or self.config.namespace
+        cp_namespace = self.config.control_plane_namespace or environment.pod_namespace() or self.config.namespace
         for policy in manifests.network_policies(self.config, control_plane_namespace=cp_namespace):
             with contextlib.suppress(FailedPrecondition):  # 409: it exists
                 what = f"create NetworkPolicy {policy['metadata']['name']}"

@@ -10,12 +10,12 @@ the container gets from the host's ``/dev/kvm`` (docs/android.md).
 
 from __future__ import annotations
 
-import os
 import tarfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from sandbox import environment
 from sandbox.backends.docker.images.recipe import (
     BASE_REPO,
     DEFAULT_RECIPES_DIR,
@@ -36,7 +36,7 @@ from sandbox.backends.docker.images.recipe import (
 from sandbox.errors import ImageBuildError
 
 ANDROID = "android"
-SDK_ENV = "SANDBOX_ANDROID_SDK"
+SDK_ENV = environment.ANDROID_SDK
 SDK_DIR = "/opt/android-sdk"
 REQUIRED = ("emulator/emulator", "platform-tools/adb")
 ARCHIVES = (".tar", ".tar.gz", ".tgz", ".zip")
@@ -58,7 +58,7 @@ MISSING_SDK = (
 
 def sdk_path(sdk: str | Path | None = None) -> Path:
     """The SDK given (or ``$SANDBOX_ANDROID_SDK``); ImageBuildError naming what is missing."""
-    given = sdk if sdk is not None else os.environ.get(SDK_ENV, "")
+    given = sdk if sdk is not None else (environment.android_sdk() or "")
     if not str(given).strip():
         raise ImageBuildError(MISSING_SDK.format(what=f"{SDK_ENV} is not set", env=SDK_ENV))
     path = Path(given).expanduser()
