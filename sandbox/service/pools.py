@@ -8,9 +8,10 @@ holds or starts more than ``max`` at once: instances ever created stay within
 A closed pool set starts nothing more; an instance whose start was under way when it closed is
 removed, never left running with nobody to hand it to.
 
-No pool is kept for a spec with network ``internal``: its instance joins its tenant's internal network when it
-starts (``Backend.create``'s ``tenant``), and a warm one is started before any tenant is known. ``add`` names the
-key such a pool would have and starts nothing for it; those specs always start a new instance.
+No pool is kept for a spec with network ``internal`` or with volumes: its instance joins its tenant's internal network
+and mounts its tenant's volumes when it starts (``Backend.create``'s ``tenant``), and a warm one is started before any
+tenant is known. ``add`` names the key such a pool would have and starts nothing for it; those specs always start a
+new instance (``per_tenant``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,16 @@ from sandbox.observability.metrics import PoolStats
 from sandbox.service.instances import Instances
 from sandbox.service.records import pool_key
 from sandbox.store import Store
+
+
+def per_tenant(spec: SandboxSpec) -> str | None:
+    """What an instance of ``spec`` takes from its tenant when it starts, so that no warm one can serve it; None
+    when a warm one can."""
+    if spec.network is NetworkPolicy.INTERNAL:
+        return "network internal is per tenant"
+    if spec.volumes:
+        return "volumes are per tenant"
+    return None
 
 
 class PoolConfig(BaseModel):
@@ -67,15 +78,13 @@ class Pools:
 
     def add(self, spec: SandboxSpec, image: str, *, min: int, max: int, max_starting: int = 4) -> str:
         """Keep a pool (again: the sizes of a pool already kept are updated, its starts still count); its key.
-        A spec with network ``internal`` gets none (see above): its key is returned, and nothing is kept."""
+        A spec with network ``internal`` or volumes gets none (see above): its key is returned, and nothing is kept."""
         key = pool_key(spec, image)
-        if spec.network is NetworkPolicy.INTERNAL:
+        if (why := per_tenant(spec)) is not None:
             if key not in self._refused:
                 self._refused.add(key)
                 self._log.warning(
-                    "no warm pool for %s: network internal is per tenant, so its instances start for their tenant",
-                    key,
-                    extra={"pool": key},
+                    "no warm pool for %s: %s, so its instances start for their tenant", key, why, extra={"pool": key}
                 )
             return key
         pool = self._pools.get(key)

@@ -18,11 +18,11 @@ from sandbox.capacity.admission import Admission, Grant
 from sandbox.capacity.ledger import Entry
 from sandbox.capacity.usage import Usage
 from sandbox.errors import InvalidArgument, NotFound, SandboxError
-from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec
+from sandbox.models import SandboxKind, SandboxSpec
 from sandbox.observability.metrics import Metrics
 from sandbox.service.auth import Principal
 from sandbox.service.instances import Instances
-from sandbox.service.pools import Pools
+from sandbox.service.pools import Pools, per_tenant
 from sandbox.service.records import (
     EPOCH,
     META,
@@ -105,14 +105,15 @@ class Provisioner:
         self, spec: SandboxSpec, image: str, sandbox_id: str, tenant: str, *, grant: Grant | None = None
     ) -> str:
         """An instance for ``sandbox_id`` of ``tenant``: a warm one of the same spec when a pool has one, else a new
-        start. Never a warm one for network ``internal``: that instance joins its tenant's network when it starts
-        (``Pools.add`` keeps no such pool; a queue left by an older version is not drawn from either).
+        start. Never a warm one for network ``internal`` or volumes: that instance joins its tenant's network and mounts
+        its tenant's volumes when it starts (``pools.per_tenant``: no such pool is kept; a queue left by an older
+        version is not drawn from either).
 
         A new start takes a unit of ``grant`` (a create's admission); without one it replaces an instance (a reset,
         a recovery), admitted here within the surge. Warm instances are evicted first when the host has no room."""
         # Whether or not this replica keeps that pool: the leader may keep it for every replica.
         instance = None
-        if spec.network is not NetworkPolicy.INTERNAL:
+        if per_tenant(spec) is None:
             instance = await self.instances.claim_warm(pool_key(spec, image), sandbox_id, tenant=tenant, spec=spec)
         self.metrics.provisioned(spec.kind, warm=instance is not None)
         if instance is not None:

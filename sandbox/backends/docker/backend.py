@@ -56,7 +56,8 @@ from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.docker.describe import NOT_RUNNING, describe, from_summary, timestamp
 from sandbox.backends.docker.engine_client import EngineCalls, connect
 from sandbox.backends.docker.networks import InternalNetworks
-from sandbox.backends.docker.teardown import TeardownLane, engine_needs_lane, run_to_exit, stop_now
+from sandbox.backends.docker.teardown import TeardownLane, engine_needs_lane, stop_now
+from sandbox.backends.docker.volumes import Volumes
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
 from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec
 from sandbox.protocol import AGENT_SOCKET_NAME, SOCKET_DIR_IN_SANDBOX
@@ -68,7 +69,6 @@ SANDBOX_OOM_SCORE_ADJ = 500
 starts at -500) and the control plane (``sandbox.server`` lowers its own) are the last."""
 CONTAINER_PREFIX = "sbx-"
 SNAPSHOT_REPO = "sandbox-snap"
-VOLUME_PREFIX = "sbxvol-"
 SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER, SandboxKind.ANDROID)
 
 
@@ -85,6 +85,9 @@ class DockerBackend(Backend):
         self.engine_gate = self._call.gate  # its pressure() for readiness, its stats() for metrics
         self._networks = InternalNetworks(lambda: self.client, config.owner, self.owner_labels(), self._call)
         self._teardowns = TeardownLane(config.teardown_lock)
+        self._volumes = Volumes(
+            lambda: self.client, config.owner, self.owner_labels(), self._call, self._tear_down, uid=config.sandbox_uid
+        )
         self._probe: asyncio.Future[Any] | None = None
 
     @property
@@ -151,7 +154,7 @@ class DockerBackend(Backend):
         try:
             socket_dir = await asyncio.to_thread(self._make_socket_dir, instance_id)
             async with self._networks.joining(spec.network, tenant) as network:  # None: not network internal
-                params = await self._run_params(instance_id, spec, socket_dir, pool, network)
+                params = await self._run_params(instance_id, spec, socket_dir, pool, network, tenant=tenant)
                 # create + start, never containers.run: run pulls a missing image, and no registry is reachable.
                 make = partial(
                     self._call, f"create instance {instance_id}", self.client.containers.create, kind="create", **params
@@ -219,7 +222,14 @@ class DockerBackend(Backend):
         return describe(container)
 
     async def _run_params(
-        self, instance_id: str, spec: SandboxSpec, socket_dir: str, pool: str | None, network: str | None
+        self,
+        instance_id: str,
+        spec: SandboxSpec,
+        socket_dir: str,
+        pool: str | None,
+        network: str | None,
+        *,
+        tenant: str | None = None,
     ) -> dict[str, Any]:
         labels = {
             **self.owner_labels(),
@@ -237,7 +247,7 @@ class DockerBackend(Backend):
         }
         volumes: dict[str, dict[str, str]] = {socket_dir: {"bind": SOCKET_DIR_IN_SANDBOX, "mode": "rw"}}
         for mount in spec.volumes:
-            name = await self._ensure_volume(mount.name, self.image_for(spec))
+            name = await self._volumes.ensure(mount.name, tenant, self.image_for(spec))  # the tenant's (volumes.py)
             volumes[name] = {"bind": mount.path, "mode": "ro" if mount.read_only else "rw"}
         r = spec.resources
         params: dict[str, Any] = {
@@ -282,38 +292,6 @@ class DockerBackend(Backend):
         else:
             os.chmod(path, 0o777)  # the sandbox user must create its socket here
         return path
-
-    async def _ensure_volume(self, name: str, image: str) -> str:
-        full = f"{VOLUME_PREFIX}{name}"
-        try:
-            await self._call(f"inspect volume {name}", self.client.volumes.get, full)
-            return full
-        except NotFound:
-            pass
-        await self._call(f"create volume {name}", self.client.volumes.create, name=full, labels=self.owner_labels())
-        # A new volume is owned by root; hand it to the sandbox user once, with a throwaway container.
-        uid = self.config.sandbox_uid
-        chown = await settled(
-            self._call(
-                f"prepare volume {name}",
-                self.client.containers.create,
-                kind="create",
-                image=image,
-                command=["chown", f"{uid}:{uid}", "/volume"],
-                entrypoint=[],
-                user="0:0",
-                network_mode="none",
-                volumes={full: {"bind": "/volume", "mode": "rw"}},
-                labels={**self.owner_labels(), "sandbox.role": "volume-init"},
-            )
-        )
-        try:
-            result = await self._tear_down(f"prepare volume {name}", partial(run_to_exit, chown, timeout=60))
-            if result.get("StatusCode") != 0:
-                raise BackendError(f"could not hand volume {name} to uid {uid}: exit {result.get('StatusCode')}")
-        finally:
-            await asyncio.shield(self._call(f"prepare volume {name}", chown.remove, kind="remove", force=True))
-        return full
 
     async def destroy(self, instance_id: str) -> None:
         await self._forget_agent(instance_id)
