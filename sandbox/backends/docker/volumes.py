@@ -32,7 +32,7 @@ from docker.models.containers import Container
 from sandbox.aio import settled
 from sandbox.backends.base import LABEL_OWNER, LABEL_TENANT_HASH, tenant_hash
 from sandbox.backends.docker.teardown import run_to_exit
-from sandbox.errors import BackendError, NotFound
+from sandbox.errors import BackendError, NotFound, SandboxError
 
 VOLUME_PREFIX = "sbxvol-"
 LOGGER = logging.getLogger(__name__)
@@ -70,8 +70,8 @@ class Volumes:
     ) -> None:
         self._client, self._owner, self._labels, self._call = client, owner, labels, call
         self._run_to_exit, self._uid = run_to_exit, uid
-        self._warned: set[str] = set()
-        """The old unscoped volumes a warning was logged for (once each per process)."""
+        self._checked: set[str] = set()
+        """The unscoped names a tenant's first use looked for an old volume of (once each per process)."""
 
     def name_for(self, name: str, tenant: str | None) -> str:
         return volume_name(self._owner, name, tenant)
@@ -117,15 +117,20 @@ class Volumes:
     async def _warn_if_old(self, name: str, full: str, image: str) -> None:
         """Log once that this owner's unscoped ``sbxvol-<name>`` from before volumes were per tenant is left alone."""
         old = volume_name(self._owner, name, None)
-        if old in self._warned:
+        if old in self._checked:
             return
+        self._checked.add(old)  # before the engine is asked: two tenants' first uses at once log one warning
         try:
             volume = await self._call(f"inspect volume {name}", self._client().volumes.get, old)
         except NotFound:
             return
+        except BaseException as e:  # the engine failed (or the create was cancelled): ask on the next first use
+            self._checked.discard(old)
+            if isinstance(e, SandboxError):
+                return  # only a warning hangs on it: the tenant's volume is still made
+            raise
         if (volume.attrs.get("Labels") or {}).get(LABEL_OWNER) != self._owner:
             return  # another control plane's, or a caller's outside the platform: not ours to point at
-        self._warned.add(old)
         LOGGER.warning(
             "volume %s was made before volumes were per tenant and may hold any tenant's files: it is left as it "
             "was, and each tenant asking for %r now gets a volume of its own, %s (this one: %s). To give a tenant "
