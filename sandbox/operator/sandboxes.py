@@ -16,11 +16,17 @@ has really ended. A DELETED event of one of our objects whose record still exist
 hand) ends the sandbox too. If the control plane is uninstalled while objects remain, they stay Terminating until
 their finalizer is removed by hand (``kubectl patch sandbox NAME --type=merge -p '{"metadata":{"finalizers":null}}'``).
 
-**Objects made by hand** (``kubectl create`` of a Sandbox; no ``sandbox.owner`` label) create nothing: sandboxes are
-created through the API, which checks the caller's tenant, and anyone allowed to write Sandbox objects could claim
-any tenant. Such an object is left alone except for its status, which says so (``resources.IGNORED``); deleting it
-does nothing else. An object named like an existing sandbox is taken over as its mirror. Objects labelled with
-another control plane's owner are never touched.
+**Objects made by hand** (``kubectl apply`` of a Sandbox; no ``sandbox.owner`` label) are declared sandboxes:
+declared.py creates one for each, through the service (``operator.declared``; when off, such an object is left alone
+but for its status, ``resources.IGNORED``). Their records are not mirrored: the declared object is their object. An
+object named like an existing sandbox is taken over as its mirror. Objects labelled with another control plane's
+owner are never touched.
+
+**Pods belong to their Sandbox.** Once a sandbox's object and pod are both seen, the pod gets an ownerReference to
+the object (``controller: true``, ``blockOwnerDeletion: true``) and ``safe-to-evict: "false"`` for the cluster
+autoscaler, in one patch (``manifests.controlled_by``); a pod that replaces it (reset, recovery) gets it on the next
+pass. So ``kubectl get pod -o yaml`` names its Sandbox, and the cluster's garbage collector removes a pod whose
+object was removed without the operator (a finalizer released by hand, an uninstall).
 """
 
 from __future__ import annotations
@@ -35,9 +41,10 @@ from typing import Any
 from sandbox.backends.base import LABEL_INSTANCE
 from sandbox.backends.kubernetes.api import KubeApi, core_path
 from sandbox.backends.kubernetes.backend import KubernetesBackend
-from sandbox.backends.kubernetes.manifests import kind_image, owner_selector
+from sandbox.backends.kubernetes.manifests import controlled_by, kind_image, owner_selector
 from sandbox.errors import FailedPrecondition, NotFound, SandboxError
 from sandbox.operator import resources as res
+from sandbox.operator.declared import DeclaredSandboxes
 from sandbox.operator.informer import Informer
 from sandbox.operator.settings import OperatorSettings
 from sandbox.service import Principal, SandboxService
@@ -47,11 +54,11 @@ from sandbox.service.records import SANDBOXES
 OPERATOR = Principal("kubectl", admin=True)
 
 
+"""Who ends a sandbox whose Sandbox object was deleted: an admin (the RBAC on the object is the check)."""
+
+
 def _version(obj: dict[str, Any] | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
-
-
-"""Who ends a sandbox whose Sandbox object was deleted: an admin (the RBAC on the object is the check)."""
 
 
 class SandboxMirror:
@@ -63,18 +70,21 @@ class SandboxMirror:
         self.settings = settings
         self.namespace = backend.config.namespace
         self.owner = backend.config.owner
-        self._log = logger
+        self.operator = OPERATOR
+        self.log = logger
         self.objects: Informer | None = None
         self.pods: Informer | None = None
         self.pod_of: dict[str, dict[str, Any]] = {}
         """Instance id -> its pod as last seen."""
         self.writes: Counter[str] = Counter()
-        """Writes made, by kind (create, spec, status, ignored, finalizer, delete): the tests and the bench read it."""
+        """Writes made, by kind (create, spec, status, ignored, finalizer, delete, owner: a pod's ownerReference,
+        declared: a declared object taken on): the tests and the bench read it."""
         self._records: set[str] = set()
         self._in_step: dict[str, tuple[int, str, str]] = {}
         """Sandbox id -> (record version, pod version, object version) when its object was last found in step."""
         self._ending: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.declared = DeclaredSandboxes(self)
 
     # ---------------------------------------------------------------- informers
 
@@ -83,11 +93,11 @@ class SandboxMirror:
         self.pod_of, self._in_step = {}, {}
         timeout = self.settings.watch_timeout_s
         self.objects = Informer(
-            api, res.path(self.namespace, res.SANDBOXES), what="Sandbox objects", logger=self._log,
+            api, res.path(self.namespace, res.SANDBOXES), what="Sandbox objects", logger=self.log,
             on_change=self._on_object, watch_timeout_s=timeout,
         )  # fmt: skip
         self.pods = Informer(
-            api, core_path(self.namespace, "pods"), what="sandbox pods", logger=self._log,
+            api, core_path(self.namespace, "pods"), what="sandbox pods", logger=self.log,
             selector=owner_selector(self.backend.config), on_change=self._on_pod, watch_timeout_s=timeout,
         )  # fmt: skip
         return [self.objects, self.pods]
@@ -107,12 +117,16 @@ class SandboxMirror:
         name = str(meta.get("name") or "")
         if res.owner_of(obj) != self.owner or name in self._ending:
             return
-        if kind == "DELETED" and name in self._records:
-            self._spawn(self._end(name, finalizer=False))
-        elif kind != "DELETED" and meta.get("deletionTimestamp") and res.FINALIZER in (meta.get("finalizers") or []):
-            self._spawn(self._end(name, finalizer=True))
+        held = kind != "DELETED" and meta.get("deletionTimestamp") and res.FINALIZER in (meta.get("finalizers") or [])
+        if res.is_declared(obj):
+            if held:
+                self.declared.end(obj)  # a declared object gone without it is found by the pass (its record's uid)
+        elif kind == "DELETED" and name in self._records:
+            self.spawn(self._end(name, finalizer=False))
+        elif held:
+            self.spawn(self._end(name, finalizer=True))
 
-    def _spawn(self, work: Awaitable[None]) -> None:
+    def spawn(self, work: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -121,26 +135,26 @@ class SandboxMirror:
         self._ending.add(name)
         try:
             if await self.service.store.get(SANDBOXES, name) is not None:
-                self._log.warning("Sandbox %s was deleted through the API server: ending the sandbox", name,
+                self.log.warning("Sandbox %s was deleted through the API server: ending the sandbox", name,
                                   extra={"sandbox_id": name})  # fmt: skip
                 with contextlib.suppress(NotFound):
                     await self.service.delete(OPERATOR, name)
             self._records.discard(name)
             if finalizer:
-                await self._drop_finalizer(name)
+                await self.drop_finalizer(name)
         except SandboxError as e:
-            self._log.warning("ending sandbox %s for its deleted object failed: %s (retried on the next pass)",
+            self.log.warning("ending sandbox %s for its deleted object failed: %s (retried on the next pass)",
                               name, e.message, extra={"sandbox_id": name})  # fmt: skip
         finally:
             self._ending.discard(name)
 
-    async def _drop_finalizer(self, name: str) -> None:
+    async def drop_finalizer(self, name: str) -> None:
         assert self.objects is not None
         obj = self.objects.cache.get(name) or {}
         left = [f for f in (obj.get("metadata") or {}).get("finalizers") or [] if f != res.FINALIZER]
         patch = {"metadata": {"finalizers": left or None}}
         with contextlib.suppress(NotFound):
-            done = await self._api().merge_patch(self._path(name), patch, what=f"release Sandbox {name}")
+            done = await self.api().merge_patch(self.path(name), patch, what=f"release Sandbox {name}")
             self.writes["finalizer"] += 1
             gone = (done.get("metadata") or {}).get("deletionTimestamp") and not left
             self.objects.forget(name) if gone else self.objects.note(done)
@@ -159,8 +173,8 @@ class SandboxMirror:
         work: list[Awaitable[None]] = []
         for sandbox_id, doc in docs.items():
             obj = objects.get(sandbox_id)
-            if sandbox_id in self._ending:
-                continue
+            if sandbox_id in self._ending or res.record_object_uid(doc) is not None:
+                continue  # a declared object's sandbox: that object is its object (declared.py)
             mark = (versioned[sandbox_id].version, _version(self.pod_of.get(str(doc["instance"]))), _version(obj))
             if obj is not None and self._in_step.get(sandbox_id) == mark:
                 continue  # nothing it depends on changed since it was found in step
@@ -168,8 +182,8 @@ class SandboxMirror:
                 work.append(self._create(doc))
                 continue
             owner, meta = res.owner_of(obj), obj.get("metadata") or {}
-            if owner not in (None, self.owner):
-                continue  # another control plane's
+            if owner not in (None, self.owner) or res.is_declared(obj):
+                continue  # another control plane's, or a declared object that happens to bear a sandbox id
             if meta.get("deletionTimestamp"):
                 if res.FINALIZER in (meta.get("finalizers") or []):
                     self._on_object("MODIFIED", obj)  # retried: an end that failed last time
@@ -179,14 +193,19 @@ class SandboxMirror:
                 self._in_step[sandbox_id] = mark
             else:
                 work.append(write)
+        declared: list[dict[str, Any]] = []
         for name, obj in list(objects.items()):
-            if name in docs or name in self._ending:
+            if name in self._ending or (name in docs and not res.is_declared(obj)):
                 continue
             owner = res.owner_of(obj)
-            if owner == self.owner:
+            if owner == self.owner and not res.is_declared(obj):
                 work.append(self._remove(name, obj))
-            elif owner is None and (obj.get("status") or {}).get("message") != res.IGNORED:
-                work.append(self._ignore(name))
+            elif owner is None and not self.settings.declared and not res.is_declared(obj):
+                if (obj.get("status") or {}).get("message") != res.IGNORED:
+                    work.append(self._ignore(name))
+            elif owner in (None, self.owner):
+                declared.append(obj)
+        work += self.declared.plan(declared, docs)
         await self._run(work)
 
     async def _run(self, work: list[Awaitable[None]]) -> None:
@@ -197,23 +216,47 @@ class SandboxMirror:
                 try:
                     await write
                 except SandboxError as e:
-                    self._log.warning("mirroring into Sandbox objects: %s", e.message)
+                    self.log.warning("mirroring into Sandbox objects: %s", e.message)
 
         await asyncio.gather(*(one(w) for w in work))
 
     def _image(self, doc: dict[str, Any]) -> str:
         return str(doc["spec"].get("image") or kind_image(self.backend.config, str(doc["spec"]["kind"])))
 
-    def _status(self, doc: dict[str, Any], generation: int | None) -> dict[str, Any]:
+    def status_of(
+        self, doc: dict[str, Any], obj: dict[str, Any], *, extra: tuple[dict[str, Any], ...] = ()
+    ) -> dict[str, Any]:
+        """The status ``obj`` should have for the sandbox ``doc`` (its conditions' transition times kept)."""
         instance = str(doc["instance"])
         pod_name = self.backend.pod_name(instance)
-        return res.sandbox_status(doc, pod_name, self.pod_of.get(instance), generation=generation)
+        generation = (obj.get("metadata") or {}).get("generation")
+        return res.sandbox_status(doc, pod_name, self.pod_of.get(instance), generation=generation,
+                                  previous=obj.get("status"), extra=extra)  # fmt: skip
+
+    def ownership(self, doc: dict[str, Any], obj: dict[str, Any]) -> Awaitable[None] | None:
+        """The write making the sandbox's pod a dependent of ``obj``; None when it is one (or not seen)."""
+        meta = obj.get("metadata") or {}
+        pod = self.pod_of.get(str(doc["instance"]))
+        if pod is None or not meta.get("uid") or doc["state"] in ("expired", "deleted"):
+            return None
+        owner = {"apiVersion": res.API_VERSION, "kind": "Sandbox", "name": meta["name"], "uid": meta["uid"]}
+        patch = controlled_by(pod, owner)
+        return None if patch is None else self._own(str(doc["instance"]), pod, patch)
+
+    async def _own(self, instance: str, pod: dict[str, Any], patch: dict[str, Any]) -> None:
+        name = str(pod["metadata"]["name"])
+        with contextlib.suppress(NotFound):  # gone meanwhile (reset, recovery): its successor is owned next
+            done = await self.api().merge_patch(core_path(self.namespace, "pods") + f"/{name}", patch,
+                                                what=f"make pod {name} its Sandbox's dependent")  # fmt: skip
+            self.writes["owner"] += 1
+            if self.pod_of.get(instance) is pod:
+                self.pod_of[instance] = done
 
     async def _create(self, doc: dict[str, Any]) -> None:
         assert self.objects is not None
         body = res.sandbox_object(self.namespace, doc, self.owner, self._image(doc))
         try:
-            made = await self._api().create(self._path(), body, what=f"create Sandbox {doc['id']}")
+            made = await self.api().create(self.path(), body, what=f"create Sandbox {doc['id']}")
         except FailedPrecondition:
             return  # made meanwhile (the watch had not told yet): compared on the next pass
         self.writes["create"] += 1
@@ -233,51 +276,60 @@ class SandboxMirror:
         spec = res.merge_diff(obj.get("spec"), res.sandbox_spec(doc, self._image(doc)))
         if spec:
             patch["spec"] = spec
-        if patch or res.merge_diff(obj.get("status"), self._status(doc, meta.get("generation"))):
+        if patch or res.merge_diff(obj.get("status"), self.status_of(doc, obj)):
             return self._write(doc, obj, patch)
-        return None
+        return self.ownership(doc, obj)
 
     async def _write(self, doc: dict[str, Any], obj: dict[str, Any], patch: dict[str, Any]) -> None:
         assert self.objects is not None
-        name, api = doc["id"], self._api()
+        name, api = doc["id"], self.api()
         if patch:
-            obj = await api.merge_patch(self._path(name), patch, what=f"update Sandbox {name}")
+            obj = await api.merge_patch(self.path(name), patch, what=f"update Sandbox {name}")
             self.writes["spec"] += 1
             self.objects.note(obj)
-        status = res.merge_diff(obj.get("status"), self._status(doc, (obj.get("metadata") or {}).get("generation")))
+        status = res.merge_diff(obj.get("status"), self.status_of(doc, obj))
         if status:
-            done = await api.merge_patch(self._path(name, "status"), {"status": status}, what=f"status of {name}")
+            done = await api.merge_patch(self.path(name, "status"), {"status": status}, what=f"status of {name}")
             self.writes["status"] += 1
             self.objects.note(done)
+        owned = self.ownership(doc, obj)
+        if owned is not None:
+            await owned
 
     async def _remove(self, name: str, obj: dict[str, Any]) -> None:
         """Our object whose sandbox is gone (deleted through the API, or its tombstone expired)."""
         assert self.objects is not None
         if res.FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or []):
-            await self._drop_finalizer(name)
+            await self.drop_finalizer(name)
         with contextlib.suppress(NotFound):
-            await self._api().delete(self._path(name), what=f"delete Sandbox {name}")
+            await self.api().delete(self.path(name), what=f"delete Sandbox {name}")
             self.writes["delete"] += 1
         self.objects.forget(name)
 
     async def _ignore(self, name: str) -> None:
         assert self.objects is not None
-        self._log.warning("Sandbox %s was not made by this control plane: ignored (see its status)", name)
+        self.log.warning("Sandbox %s was not made by this control plane: ignored (see its status)", name)
         patch = {"status": {"message": res.IGNORED, "health": "Unknown"}}
         with contextlib.suppress(NotFound):
-            done = await self._api().merge_patch(self._path(name, "status"), patch, what=f"status of {name}")
+            done = await self.api().merge_patch(self.path(name, "status"), patch, what=f"status of {name}")
             self.writes["ignored"] += 1
             self.objects.note(done)
 
     # ---------------------------------------------------------------- plumbing
 
-    def _api(self) -> KubeApi:
+    def api(self) -> KubeApi:
         assert self.objects is not None
         return self.objects.api
 
-    def _path(self, name: str | None = None, sub: str | None = None) -> str:
+    def path(self, name: str | None = None, sub: str | None = None) -> str:
         return res.path(self.namespace, res.SANDBOXES, name, sub)
 
+    def note(self, obj: dict[str, Any]) -> None:
+        """An object as a write of ours left it."""
+        if self.objects is not None:
+            self.objects.note(obj)
+
     async def close(self) -> None:
-        """Wait for the ends under way (a sandbox being ended is ended)."""
+        """Wait for the creates and ends under way (a sandbox being ended is ended)."""
+        await self.declared.close()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)

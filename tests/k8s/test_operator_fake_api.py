@@ -192,9 +192,12 @@ async def test_kubectl_gets_scales_and_deletes_the_custom_resources() -> None:
         await kube.install_crds(crd_docs())
         sandbox = _sandbox("sb-term-0123456789ab", finalizers=[res.FINALIZER])
         await kube.call(store.create, res.SANDBOXES, NAMESPACE, sandbox)
+        ready = {"type": "Ready", "status": "True", "reason": "Healthy", "message": "all well",
+                 "lastTransitionTime": "2026-11-29T09:00:00Z"}  # fmt: skip
         status = {"status": {"state": "running", "kind": "terminal", "tenant": "alice", "pod": "sbx-x-in-term-1",
                              "node": "node-7", "health": "Healthy", "leaseExpiresAt": "2030-01-01T00:00:00Z",
-                             "message": "all well"}}  # fmt: skip
+                             "message": "", "phase": "Running", "sandboxId": "sb-term-0123456789ab",
+                             "conditions": [{"type": "Other", "status": "False"}, ready]}}  # fmt: skip
         await kube.call(store.patch, res.SANDBOXES, NAMESPACE, "sb-term-0123456789ab", status, strategic=False,
                         sub="status")  # fmt: skip
         header, row = (await kubectl("get", "sandboxes")).splitlines()
@@ -202,7 +205,11 @@ async def test_kubectl_gets_scales_and_deletes_the_custom_resources() -> None:
         assert row.split()[:7] == ["sb-term-0123456789ab", "terminal", "running", "alice", "node-7", "Healthy",
                                    "2030-01-01T00:00:00Z"]  # fmt: skip
         wide = (await kubectl("get", "sbx", "-o", "wide")).splitlines()
-        assert wide[0].split() == [*header.split()[:-1], "POD", "MESSAGE", "AGE"]
+        # the wide columns: the phase, the Ready condition (found by type in the list), its reason and message
+        assert wide[0].split() == [*header.split()[:-1], "PHASE", "READY", "REASON", "SANDBOX", "POD", "MESSAGE",
+                                   "AGE"]  # fmt: skip
+        assert wide[1].split()[7:13] == ["Running", "True", "Healthy", "sb-term-0123456789ab", "sbx-x-in-term-1",
+                                         "all"]  # fmt: skip
         assert "sbx-x-in-term-1   all well" in wide[1]
         manifest = os.path.join(kube.workdir, "pool.json")
         with open(manifest, "w") as f:

@@ -98,12 +98,35 @@ async def test_a_sandbox_appears_as_a_sandbox_object(plane: FakePlane) -> None:
     assert spec["kind"] == "terminal" and spec["tenant"] == "alice" and spec["labels"] == {"run": "exp-7"}
     assert spec["image"] == plane.backend.image_for(SPEC) and spec["ttlSeconds"] == int(SPEC.ttl_s)
     assert meta["labels"][res.LABEL_TENANT] == "alice" and meta["finalizers"] == [res.FINALIZER]
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert (status["phase"], status["sandboxId"], ready["status"], ready["reason"]) == (
+        "Running", info.id, "True", "Healthy")  # fmt: skip
+    # its pod becomes the object's dependent, and not to be evicted by the cluster autoscaler
+    controller = {"apiVersion": res.API_VERSION, "kind": "Sandbox", "name": info.id, "uid": meta["uid"],
+                  "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    pod = await eventually_owned(plane.kube, status["pod"], controller)
+    assert pod["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
     # a fleet that does not change costs no write
     before = dict(plane.operator.mirror.writes)
     await asyncio.sleep(1.0)  # five passes of the operator (interval 0.2 s)
     assert dict(plane.operator.mirror.writes) == before
     await plane.service.delete(ALICE, info.id)
     await eventually(lambda: _gone(plane, res.SANDBOXES, info.id), 15, "the object of the deleted sandbox removed")
+
+
+async def eventually_owned(kube: FakeKube, pod_name: str, controller: dict[str, Any]) -> dict[str, Any]:
+    """The pod, once its only ownerReference is ``controller`` (the operator's next write after the status)."""
+    store = kube.store
+    assert store is not None
+
+    async def owned() -> dict[str, Any] | None:
+        pod = await kube.call(store.get, "pods", NAMESPACE, pod_name)
+        return pod if pod["metadata"].get("ownerReferences") == [controller] else None
+
+    await eventually(owned, 15, f"pod {pod_name} owned by its Sandbox")
+    found = await owned()
+    assert found is not None
+    return found
 
 
 async def _gone(plane: FakePlane, plural: str, name: str) -> bool:
@@ -153,21 +176,30 @@ async def test_a_failing_pod_shows_in_the_status_with_the_engines_word(plane: Fa
     await plane.service.delete(ALICE, info.id)
 
 
-async def test_a_sandbox_object_made_by_hand_is_ignored(plane: FakePlane) -> None:
+async def test_a_sandbox_object_made_by_hand_is_ignored_when_declared_sandboxes_are_off(plane: FakePlane) -> None:
+    """``operator.declared`` false: a Sandbox applied by hand starts nothing (tests/k8s/test_declarative.py: on)."""
+    mirror = plane.operator.mirror
+    settings = mirror.settings
+    mirror.settings = settings.model_copy(update={"declared": False})
     name = "sb-term-0000deadbeef"
     body = {"apiVersion": res.API_VERSION, "kind": "Sandbox", "metadata": {"name": name},
             "spec": {"kind": "terminal", "tenant": "mallory"}}  # fmt: skip
     pods = await plane.pods()
-    await plane.api.create(res.path(NAMESPACE, res.SANDBOXES), body, what="kubectl create")
+    try:
+        await plane.api.create(res.path(NAMESPACE, res.SANDBOXES), body, what="kubectl create")
 
-    async def told() -> bool:
-        obj = await plane.obj(res.SANDBOXES, name)
-        return bool(obj and obj.get("status", {}).get("message") == res.IGNORED)
+        async def told() -> bool:
+            obj = await plane.obj(res.SANDBOXES, name)
+            return bool(obj and obj.get("status", {}).get("message") == res.IGNORED)
 
-    await eventually(told, 15, "the hand-made object's status saying it is ignored")
+        await eventually(told, 15, "the hand-made object's status saying it is ignored")
+    finally:
+        mirror.settings = settings
     assert await plane.service.store.get(SANDBOXES, name) is None
     assert set(await plane.pods()) <= set(pods)  # no pod started for it (the last test's may be going)
-    _validated(plane, await plane.obj(res.SANDBOXES, name))
+    obj = await plane.obj(res.SANDBOXES, name)
+    _validated(plane, obj)
+    assert obj is not None and not res.is_declared(obj) and not obj["metadata"].get("finalizers")
     await plane.api.delete(res.path(NAMESPACE, res.SANDBOXES, name), what="kubectl delete")
     assert await _gone(plane, res.SANDBOXES, name)  # no finalizer of ours: it goes at once
 

@@ -5,6 +5,7 @@ openAPIV3Schema with jsonschema, the ServiceMonitor against a hand-written schem
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import kubernetes_validate
@@ -58,9 +59,15 @@ def test_crd_schemas_use_portable_keywords() -> None:
 
 
 def _field(schema: dict[str, Any], json_path: str) -> dict[str, Any]:
+    """The schema of the field a printer column or scale path names (a list filter, ``conditions[?(@.type=="Ready")]``,
+    steps into the list's items, whose filtered field must exist)."""
     node = schema
-    for part in json_path.strip(".").split("."):
-        node = node["properties"][part]
+    for part in re.findall(r"[^.\[]+(?:\[[^\]]*\])?", json_path):
+        name, _, selector = part.partition("[?(@.")
+        node = node["properties"][name]
+        if selector:
+            node = node["items"]
+            assert selector.split("==")[0] in node["properties"], json_path
     return node
 
 
@@ -160,7 +167,8 @@ def test_sample_custom_resources_match_their_crds() -> None:
         pytest.param(_with(SANDBOX, "status.leaseExpiresAt", "tomorrow"), "is not a 'date-time'", id="lease-expiry"),
         pytest.param(_with(SANDBOX, "spec.resources.memoryMb", 16), "less than the minimum", id="memory"),
         pytest.param(_with(SANDBOX, "spec.ttl", 60), "Additional properties", id="unknown-field"),
-        pytest.param(_with(SANDBOX, "spec", {"kind": "terminal"}), "'tenant' is a required property", id="tenant"),
+        pytest.param(_with(SANDBOX, "spec", {"tenant": "a"}), "'kind' is a required property", id="kind-required"),
+        pytest.param(_with(SANDBOX, "status.conditions", [{"type": "Ready", "status": "y"}]), "not one of", id="cond"),
         pytest.param(_with(SANDBOX, "status.replacements", -1), "less than the minimum", id="replacements"),
         pytest.param(_with(POOL, "spec.min", -1), "less than the minimum", id="pool-min"),
         pytest.param(_with(POOL, "spec.min", "8"), "is not of type 'integer'", id="pool-min-type"),

@@ -10,12 +10,13 @@ import json
 from typing import Any
 
 from sandbox.backends.base import LABEL_INSTANCE, encode_claim
-from sandbox.backends.kubernetes.manifests import ANNOTATION_CLAIM
+from sandbox.backends.kubernetes.manifests import ANNOTATION_CLAIM, ANNOTATION_SAFE_TO_EVICT
 
 
 def claim_patch(claim: dict[str, Any]) -> dict[str, Any]:
-    """The merge patch attaching ``claim`` to a pod (replacing the one it had)."""
-    return {"metadata": {"annotations": {ANNOTATION_CLAIM: encode_claim(claim)}}}
+    """The merge patch attaching ``claim`` to a pod (replacing the one it had); a claimed pod holds a sandbox's state,
+    which the cluster autoscaler must not evict (a warm pod was safe to evict)."""
+    return {"metadata": {"annotations": {ANNOTATION_CLAIM: encode_claim(claim), ANNOTATION_SAFE_TO_EVICT: "false"}}}
 
 
 def read_claims(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -74,6 +74,10 @@ ANNOTATION_IMAGE = "sandbox.image"
 """The image the spec asked for: an image, or ``archive:<name>`` for a pod restored from a snapshot archive."""
 ANNOTATION_USER_LABELS = "sandbox.user-labels"
 """The spec's free-form labels (JSON): keys and values need not be valid Kubernetes labels."""
+ANNOTATION_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+"""``"false"`` on a pod that serves a sandbox (its files and processes live in the pod: an eviction loses them),
+``"true"`` on a warm pool's pod (it holds nothing yet; a claim checks it answers): the cluster autoscaler may move
+warm pods to empty a node, never sandboxes. The claim (claims.py) and ``controlled_by`` set it to "false"."""
 
 ARCHIVE_PREFIX = "archive:"
 """An image reference naming a snapshot archive (see snapshots.py)."""
@@ -160,7 +164,7 @@ def pod_manifest(
         LABEL_NETWORK: spec.network.value,
         **({LABEL_POOL: label_value(pool)} if pool else {}),
     }
-    annotations = {ANNOTATION_IMAGE: spec.image or image}
+    annotations = {ANNOTATION_IMAGE: spec.image or image, ANNOTATION_SAFE_TO_EVICT: "true" if pool else "false"}
     if pool:
         annotations[ANNOTATION_POOL] = pool
     if spec.labels:
@@ -273,6 +277,19 @@ def owned_by_pod(pod: dict[str, Any]) -> dict[str, Any]:
     meta = pod["metadata"]
     reference = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
     return {"metadata": {"ownerReferences": [reference]}}
+
+
+def controlled_by(pod: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any] | None:
+    """The merge patch making ``pod`` a dependent of ``owner`` (an ownerReference: apiVersion, kind, name, uid), as
+    its controller that blocks the owner's foreground deletion, and marking it not safe to evict; None when it is
+    so already. Other owners the pod names stay; a previous controller is replaced."""
+    reference = {**owner, "controller": True, "blockOwnerDeletion": True}
+    meta = pod.get("metadata") or {}
+    references = meta.get("ownerReferences") or []
+    if reference in references and (meta.get("annotations") or {}).get(ANNOTATION_SAFE_TO_EVICT) == "false":
+        return None
+    kept = [r for r in references if not r.get("controller") and r.get("uid") != owner["uid"]]
+    return {"metadata": {"ownerReferences": [*kept, reference], "annotations": {ANNOTATION_SAFE_TO_EVICT: "false"}}}
 
 
 def volume_claim_manifest(config: KubernetesConfig, volume: str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ platform's clients rely on, kept as the API server does it:
   ``labelSelectorPath`` (what ``kubectl scale`` uses);
 - **defaults** of the schema (``default``) are filled in on every write, where the parent object is present;
 - **server-side printing**: a GET asking for a Table (``kubectl get``) gets one built from the CRD's
-  ``additionalPrinterColumns`` (simple ``.a.b`` paths; a date column as the time since it);
+  ``additionalPrinterColumns`` (``.a.b`` paths, and list filters as ``.status.conditions[?(@.type=="Ready")].reason``;
+  a date column as the time since it);
 - a **validator** (``ObjectStore.validate``, set by tests: the CRD's openAPIV3Schema with jsonschema) sees every
   object after each write; what it refuses is answered 422 Invalid, as the API server's schema check would.
 
@@ -23,6 +24,7 @@ CEL rules (``x-kubernetes-validations``), conversion between versions (only the 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -183,17 +185,26 @@ def _age(stamp: str) -> str:
 # ---------------------------------------------------------------------------------------------------- scale
 
 
+_STEP = re.compile(r"[^.\[]+(?:\[[^\]]*\])?")
+_FILTER = re.compile(r"""^(.+)\[\?\(@\.(\w+)==["'](.*)["']\)\]$""")
+
+
 def _path(json_path: str) -> list[str]:
-    """``.spec.min`` -> ["spec", "min"] (the simple paths CRDs declare for the scale subresource)."""
-    return [part for part in json_path.strip().lstrip(".").split(".") if part]
+    """``.spec.min`` -> ["spec", "min"] (the simple paths CRDs declare for the scale subresource); a step may end in
+    a list filter: ``conditions[?(@.type=="Ready")]``."""
+    return _STEP.findall(json_path.strip())
 
 
 def read_path(obj: dict[str, Any], json_path: str) -> Any:
     node: Any = obj
     for part in _path(json_path):
+        found = _FILTER.match(part)
         if not isinstance(node, dict):
             return None
-        node = node.get(part)
+        node = node.get(found.group(1) if found else part)
+        if found:  # the first item of the list whose field equals the value, as kubectl's JSONPath prints it
+            items = [i for i in node if isinstance(i, dict)] if isinstance(node, list) else []
+            node = next((i for i in items if str(i.get(found.group(2))) == found.group(3)), None)
     return node
 
 
