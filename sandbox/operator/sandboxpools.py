@@ -4,7 +4,9 @@ Each pass compares the objects (as the informer last saw them) with what was app
 
 - a new object, or one whose spec changed (``kubectl edit``, ``kubectl scale sandboxpool NAME --replicas=N``, which
   sets ``spec.min`` through the scale subresource): ``service.pools.add(spec, image, min, max, max_starting)``; the
-  leader's refill then starts (or stops starting) instances, within ``max`` and ``maxStarting``;
+  leader's refill then starts (or stops starting) instances, within ``max`` and ``maxStarting``; a pool scaled down
+  has its queued warm instances beyond ``min`` removed, oldest first (a pool never shrinks by itself), so the scale
+  subresource's ``status.replicas`` follows ``spec.replicas`` both ways, as ``kubectl scale`` and an HPA expect;
 - an object deleted: the pool is no longer kept and its queued warm instances are removed (instances starting for it
   are removed when their start ends); a pool that server.json also configures goes back to the configured sizes;
 - status: ``ready`` (warm instances queued), ``starting``, ``replicas`` (their sum, the scale subresource's
@@ -99,6 +101,7 @@ class PoolSync:
         for name, want in wanted.items():
             if self.applied.get(name) != want:
                 await self._apply(name, want)
+        await self._trim()
         await self._write_status()
 
     async def _want(self, name: str, obj: dict[str, Any]) -> Want | None:
@@ -157,6 +160,21 @@ class PoolSync:
         self.service.pools.remove(gone.key)
         while (instance := await self.service.store.pop(gone.key)) is not None:
             self.service.instances.retire_later(instance)
+
+    async def _trim(self) -> None:
+        """Remove the queued warm instances beyond ``min`` of the pools the objects keep (scaled down)."""
+        keys = {w.key for w in self.applied.values() if w.snapshot is None}
+        for pool in await self.service.pools.stats():
+            if pool.key not in keys or pool.ready <= pool.min:
+                continue
+            for _ in range(pool.ready - pool.min):
+                instance = await self.service.store.pop(pool.key)
+                if instance is None:
+                    break
+                self.service.instances.retire_later(instance)
+                self.writes["trimmed"] += 1
+            self._log.info("SandboxPool of %s scaled down to %d: removed %d warm instances", pool.key, pool.min,
+                           pool.ready - pool.min, extra={"pool": pool.key})  # fmt: skip
 
     async def _set_warm(self, key: str, warm: int) -> None:
         doc = await self.service.store.get(SNAPSHOTS, key)

@@ -245,6 +245,8 @@ async def test_kubectl_scale_sandboxpool_resizes_the_warm_pool(plane: KubectlPla
     warm_pods = await plane.pods(selector)
     assert {p["metadata"]["annotations"][ANNOTATION_SAFE_TO_EVICT] for p in warm_pods} == {"true"}
     assert "scaled" in await plane.kubectl("scale", "sandboxpool", "terminal", "--replicas=1")
+    await eventually(lambda: warm(1), 60, "the pool scaled down to 1")  # the surplus warm pods removed
+    assert plane.operator.pools.writes["trimmed"] == 2
     (row,) = _table(await plane.kubectl("get", "sandboxpools"))
     assert (row["NAME"], row["MIN"], row["MAX"]) == ("terminal", "1", "8")
     await plane.kubectl("delete", "sandboxpool", "terminal")
@@ -253,6 +255,18 @@ async def test_kubectl_scale_sandboxpool_resizes_the_warm_pool(plane: KubectlPla
 
 async def _drained(plane: KubectlPlane, key: str, selector: str) -> bool:
     return not await plane.service.store.items(key) and not await plane.pods(selector)
+
+
+def test_the_documented_sandbox_yaml_is_the_example_applied_here() -> None:
+    """docs/kubernetes.md shows the example file this module applies, and it is valid for the CRD."""
+    docs = (harness.ROOT / "docs" / "kubernetes.md").read_text()
+    section = docs.split("## Sandboxes through kubectl", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    example = yaml.safe_load(SANDBOX_YAML.read_text())
+    assert yaml.safe_load(block) == example
+    harness.validate_custom(example)
+    harness.validate_custom(yaml.safe_load(POOL_YAML.read_text()))
+    assert f"apply -f {SANDBOX_YAML.relative_to(harness.ROOT)}" in section
 
 
 async def test_every_object_written_matched_its_crd(plane: KubectlPlane) -> None:
