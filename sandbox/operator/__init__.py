@@ -2,7 +2,10 @@
 the control plane, by the replica that leads.
 
 - ``Sandbox`` objects mirror the sandboxes (sandboxes.py): one per sandbox record, named by its id, spec and status
-  written by the control plane; ``kubectl delete sandbox NAME`` ends that sandbox;
+  written by the control plane; ``kubectl delete sandbox NAME`` ends that sandbox; the sandbox's pod is the object's
+  dependent (an ownerReference);
+- a ``Sandbox`` applied with kubectl is a declared sandbox (declared.py): created through the service, its status
+  written back, ended when the object is deleted;
 - ``SandboxPool`` objects are warm pools (sandboxpools.py): created, edited, scaled (``kubectl scale``) and deleted by
   operators, applied to the service's pools, their status written back;
 - resources.py: the objects as pure functions of the records; informer.py: list + watch caches; operator.py: the

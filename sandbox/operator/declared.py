@@ -130,6 +130,9 @@ class DeclaredSandboxes:
             return self._status(obj, res.declared_status(obj, "Ended", "Deleted", message, tenant=tenant,
                                                          sandbox_id=made))  # fmt: skip
         generation = int(_meta(obj).get("generation") or 0)
+        status = obj.get("status") or {}
+        if status.get("phase") == "Failed" and status.get("observedGeneration") == generation:
+            return None  # refused for this spec (by this leader or an earlier one): tried again when it changes
         if self._refused.get(uid) == generation or time.monotonic() < self._retry_at.get(uid, 0.0):
             return None
         task = asyncio.ensure_future(self._create(uid, obj, tenant, generation))

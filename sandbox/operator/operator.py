@@ -1,6 +1,7 @@
 """The operator's loop: while this replica leads the background work (``Lifecycle.is_leader``), keep the Sandbox
-objects mirrored and the SandboxPool objects applied; when it stops leading, stop watching and let the next leader
-do it. One leader at a time, so two replicas never write the same object, or start a pool twice."""
+objects mirrored (and the declared ones created) and the SandboxPool objects applied; when it stops leading, stop
+watching and let the next leader do it. One leader at a time, so two replicas never write the same object, or start
+a pool twice."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ class Operator:
         except TimeoutError:
             await self._stop()
             raise Unavailable("the operator could not list its objects (are the CRDs installed?)") from None
-        self._log.info("the operator mirrors sandboxes into Sandbox objects and applies SandboxPools")
+        self._log.info("the operator mirrors sandboxes into Sandbox objects, creates declared ones, applies pools")
 
     async def _stop(self) -> None:
         for task in self._watching:

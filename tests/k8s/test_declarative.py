@@ -26,15 +26,18 @@ import yaml
 from sandbox.backends.kubernetes.api import KubeApi
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.backends.kubernetes.manifests import ANNOTATION_SAFE_TO_EVICT
+from sandbox.errors import NotFound
 from sandbox.models import SandboxSpec
 from sandbox.operator import resources as res
 from sandbox.service.records import SANDBOXES, pool_key
+from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_kube import FakeKube
 from tests.k8s import harness
 from tests.k8s.conftest import Plane, control_plane
 from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, docker_engine, k8s_config, owned_containers
 from tests.k8s.test_operator_fake_api import crd_docs
 from tests.k8s.test_operator_realized import eventually_owned
+from tests.k8s.test_operator_simulated import _replica
 from tests.polling import eventually
 
 __all__ = ["docker_engine"]
@@ -203,6 +206,27 @@ async def test_a_sandbox_the_service_refuses_is_failed_with_the_reason(plane: Ku
     assert await plane.obj(res.SANDBOXES, "phone") is None
 
 
+async def test_a_tenant_outside_declared_tenants_is_refused(plane: KubectlPlane) -> None:
+    mirror = plane.operator.mirror
+    settings = mirror.settings
+    mirror.settings = settings.model_copy(update={"declared_tenants": ("team-a",)})
+    try:
+        await plane.apply(_sandbox("intruder", tenant="team-z"))
+
+        async def refused() -> dict[str, Any] | None:
+            got = await plane.status("intruder")
+            return got if got.get("phase") == "Failed" else None
+
+        await eventually(refused, 15, "the Sandbox of another tenant refused")
+    finally:
+        mirror.settings = settings
+    status = await refused()
+    assert status is not None and _condition(status, "Ready")["reason"] == "TenantNotAllowed"
+    assert "team-z" in status["message"]
+    assert not [d for d in (await plane.service.store.all(SANDBOXES)).values() if d["tenant"] == "team-z"]
+    await plane.kubectl("delete", "sandbox", "intruder", "--timeout=30s")
+
+
 async def test_a_sandbox_whose_finalizer_was_removed_by_hand_still_ends(plane: KubectlPlane) -> None:
     """The object gone without the operator: the cluster's garbage collector removes its pod (the ownerReference),
     and the operator, finding a record whose object is gone, deletes the sandbox."""
@@ -255,6 +279,72 @@ async def test_kubectl_scale_sandboxpool_resizes_the_warm_pool(plane: KubectlPla
 
 async def _drained(plane: KubectlPlane, key: str, selector: str) -> bool:
     return not await plane.service.store.items(key) and not await plane.pods(selector)
+
+
+async def test_a_new_leader_finds_the_declared_sandbox_and_creates_no_second_one() -> None:
+    """Two control planes share a store, on the fake API server in mode "simulate" (its simulated agent answers for
+    the pods). The first creates a declared sandbox and stops leading; its status write is lost (removed here); the
+    next leader finds the sandbox by the object's uid in its record's labels, writes the status again, and creates
+    nothing. A ``kubectl delete`` made while nobody leads is carried out by the next leader (the finalizer)."""
+    kube = FakeKube(mode="simulate", owner=K8S_OWNER, namespaces=(NAMESPACE,), agents=True,
+                    validate=harness.validate_custom)  # fmt: skip
+    await asyncio.to_thread(kube.start)
+    store = await EmbeddedStore.open(None, logger=LOGGER)
+    api = await KubeApi.connect(k8s_config(kube))
+    first, second = _replica(kube, store), _replica(kube, store)
+    try:
+        await kube.install_crds(crd_docs())
+        for replica in (first, second):
+            await replica.service.start()
+        first.start()
+        await eventually(lambda: first.operator.running, 10, "the first replica leading")
+        path = res.path(NAMESPACE, res.SANDBOXES)
+        await api.create(path, _sandbox("job-7", tenant="team-d"), what="kubectl apply (its POST)")
+
+        async def ready() -> dict[str, Any] | None:
+            obj = await api.get(f"{path}/job-7", what="kubectl get")
+            return obj if _condition(obj.get("status") or {}, "Ready").get("status") == "True" else None
+
+        await eventually(ready, 20, "the declared sandbox Ready")
+        sandbox_id = ((await ready()) or {})["status"]["sandboxId"]
+        await first.stop()
+        await api.merge_patch(f"{path}/job-7/status", {"status": None}, what="lose the status")
+
+        second.start()
+        await eventually(ready, 20, "the next leader's status, Ready again")
+        assert ((await ready()) or {})["status"]["sandboxId"] == sandbox_id
+        records = [d for d in (await store.all(SANDBOXES)).values() if d["tenant"] == "team-d"]
+        assert [d["id"] for d in records] == [sandbox_id]  # the one sandbox, found again: none created
+        assert second.operator.mirror.writes["declared"] == 0  # it was taken on already
+
+        await second.stop()  # nobody leads
+        await api.delete(f"{path}/job-7", what="kubectl delete sandbox")
+        assert await store.get(SANDBOXES, sandbox_id) is not None  # Terminating, held for a leader
+        third = _replica(kube, store)
+        await third.service.start()
+        third.start()
+        try:
+            await eventually(lambda: _gone(api, f"{path}/job-7"), 20, "the next leader ending it, releasing it")
+            assert await store.get(SANDBOXES, sandbox_id) is None
+        finally:
+            await third.stop()
+            await third.service.close()
+        assert kube.store is not None and kube.store.refused == []
+    finally:
+        for replica in (first, second):
+            await replica.stop()
+            await replica.service.close()
+        await api.close()
+        await store.close()
+        await asyncio.to_thread(kube.close)
+
+
+async def _gone(api: KubeApi, path: str) -> bool:
+    try:
+        await api.get(path, what="kubectl get")
+    except NotFound:
+        return True
+    return False
 
 
 def test_the_documented_sandbox_yaml_is_the_example_applied_here() -> None:
