@@ -26,9 +26,14 @@ import yaml
 from sandbox.backends.kubernetes.api import KubeApi
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.backends.kubernetes.manifests import ANNOTATION_SAFE_TO_EVICT
+from sandbox.capacity.quotas import Quota, QuotaBook
 from sandbox.errors import NotFound
 from sandbox.models import SandboxSpec
 from sandbox.operator import resources as res
+from sandbox.operator.operator import Operator
+from sandbox.operator.settings import OperatorSettings
+from sandbox.service import SandboxService
+from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.service.records import SANDBOXES, pool_key
 from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_kube import FakeKube
@@ -37,7 +42,7 @@ from tests.k8s.conftest import Plane, control_plane
 from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, docker_engine, k8s_config, owned_containers
 from tests.k8s.test_operator_fake_api import crd_docs
 from tests.k8s.test_operator_realized import eventually_owned
-from tests.k8s.test_operator_simulated import _replica
+from tests.k8s.test_operator_simulated import Replica, _replica
 from tests.polling import eventually
 
 __all__ = ["docker_engine"]
@@ -337,6 +342,63 @@ async def test_a_new_leader_finds_the_declared_sandbox_and_creates_no_second_one
         await api.close()
         await store.close()
         await asyncio.to_thread(kube.close)
+
+
+async def test_a_declared_sandbox_over_its_tenants_quota_waits_pending_for_room() -> None:
+    """The admission of the API: tenant team-q may hold one sandbox. Of two declared, one runs and the other is
+    Pending (reason CapacityExhausted, the quota's message), tried again every declared_retry_s; deleting the first
+    makes room, and the second runs."""
+    kube = FakeKube(mode="simulate", owner=K8S_OWNER, namespaces=(NAMESPACE,), agents=True,
+                    validate=harness.validate_custom)  # fmt: skip
+    await asyncio.to_thread(kube.start)
+    store = await EmbeddedStore.open(None, logger=LOGGER)
+    api = await KubeApi.connect(k8s_config(kube))
+    backend = KubernetesBackend(k8s_config(kube, agent_port=kube.agent_port, manage_network_policies=False))
+    service = SandboxService(backend, store, logger=LOGGER, quotas=QuotaBook({"team-q": Quota(max_sandboxes=1)}))
+    lifecycle = Lifecycle(service, LifecycleSettings(tick_s=0.1, health_interval_s=0.5), logger=LOGGER)
+    settings = OperatorSettings(interval_s=0.1, declared_retry_s=0.3)
+    replica = Replica(service, lifecycle, Operator(service, lifecycle, backend, settings=settings, logger=LOGGER))
+    path = res.path(NAMESPACE, res.SANDBOXES)
+
+    async def phases() -> dict[str, tuple[str, str]]:
+        listing = await api.list(path, what="kubectl get sandboxes")
+        found = {o["metadata"]["name"]: o.get("status") or {} for o in listing["items"]}
+        return {n: (st.get("phase", ""), _condition(st, "Ready").get("reason", "")) for n, st in found.items()}
+
+    try:
+        await kube.install_crds(crd_docs())
+        await service.start()
+        replica.start()
+        await eventually(lambda: replica.operator.running, 10, "the replica leading")
+        for name in ("q-1", "q-2"):
+            await api.create(path, _sandbox(name, tenant="team-q"), what="kubectl apply (its POST)")
+
+        async def one_each() -> bool:
+            return sorted((await phases()).values()) == [("Pending", "CapacityExhausted"), ("Running", "Healthy")]
+
+        await eventually(one_each, 20, "one running, the other pending for the quota")
+        now = await phases()
+        running = next(name for name, (phase, _) in now.items() if phase == "Running")
+        pending = next(name for name in now if name != running)
+        status = (await api.get(f"{path}/{pending}", what="kubectl get"))["status"]
+        assert "quota" in status["message"] and "tried again in 0.3 s" in status["message"]
+        await api.delete(f"{path}/{running}", what="kubectl delete sandbox")
+        await eventually(lambda: _gone(api, f"{path}/{running}"), 20, "the first ended, its object gone")
+        await eventually(lambda: _phase_is(phases, pending, "Running"), 20, "the pending one running once room freed")
+        assert [d["tenant"] for d in (await store.all(SANDBOXES)).values()] == ["team-q"]
+        assert kube.store is not None and kube.store.refused == []
+    finally:
+        await replica.stop()
+        for doc in (await store.all(SANDBOXES)).values():
+            await service.delete(replica.operator.mirror.operator, doc["id"])
+        await service.close()
+        await api.close()
+        await store.close()
+        await asyncio.to_thread(kube.close)
+
+
+async def _phase_is(phases: Any, name: str, phase: str) -> bool:
+    return bool((await phases()).get(name, ("", ""))[0] == phase)
 
 
 async def _gone(api: KubeApi, path: str) -> bool:
