@@ -77,7 +77,8 @@ ANNOTATION_USER_LABELS = "sandbox.user-labels"
 ANNOTATION_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 """``"false"`` on a pod that serves a sandbox (its files and processes live in the pod: an eviction loses them),
 ``"true"`` on a warm pool's pod (it holds nothing yet; a claim checks it answers): the cluster autoscaler may move
-warm pods to empty a node, never sandboxes. The claim (claims.py) and ``controlled_by`` set it to "false"."""
+warm pods to empty a node, never sandboxes, whatever its --skip-nodes-with-local-storage and
+--skip-nodes-with-custom-controller-pods. The claim (claims.py) and ``controlled_by`` set it to "false"."""
 
 ARCHIVE_PREFIX = "archive:"
 """An image reference naming a snapshot archive (see snapshots.py)."""
