@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from sandbox.backends.kubernetes import manifests
+from sandbox.backends.kubernetes.claims import claim_patch
+from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.models import SandboxSpec, SandboxState
 from sandbox.operator import resources as res
 from sandbox.service.records import SandboxRecord
@@ -195,3 +197,16 @@ def test_a_pod_becomes_its_sandboxs_dependent_once() -> None:
     assert patch["metadata"]["annotations"] == {manifests.ANNOTATION_SAFE_TO_EVICT: "false"}
     pod["metadata"].update(ownerReferences=references, annotations=patch["metadata"]["annotations"])
     assert manifests.controlled_by(pod, owner) is None  # in place: no write
+
+
+def test_the_autoscaler_may_evict_warm_pods_only() -> None:
+    """A pod started for a create holds a sandbox from the start; a warm pod holds nothing until its claim, whose
+    patch (the same with or without the operator) says it may no longer be evicted."""
+    config = KubernetesConfig(owner="prod")
+    spec = SandboxSpec(kind="terminal")
+    direct = manifests.pod_manifest(config, instance_id="in-term-000000000001", spec=spec, image="i")
+    warm = manifests.pod_manifest(config, instance_id="in-term-000000000002", spec=spec, image="i", pool="pool:t")
+    assert direct["metadata"]["annotations"][manifests.ANNOTATION_SAFE_TO_EVICT] == "false"
+    assert warm["metadata"]["annotations"][manifests.ANNOTATION_SAFE_TO_EVICT] == "true"
+    claimed = claim_patch({"id": "sb-term-000000000001"})["metadata"]["annotations"]
+    assert claimed[manifests.ANNOTATION_SAFE_TO_EVICT] == "false" and manifests.ANNOTATION_CLAIM in claimed
