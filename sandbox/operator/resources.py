@@ -320,10 +320,32 @@ def pool_selector(key: str) -> str:
     return f"{LABEL_POOL}={label_value(key)}"
 
 
-def pool_status(ready: int, starting: int, key: str | None, *, generation: int | None) -> dict[str, Any]:
+def pool_status(
+    ready: int,
+    starting: int,
+    key: str | None,
+    *,
+    generation: int | None,
+    minimum: int = 0,
+    why: str = "",
+    short: bool = False,
+    previous: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A SandboxPool's status; its Ready condition: True once ``minimum`` are warm; else False, reason Filling, Short
+    (the warm share is full, or held sandboxes need the room) or NotApplied (``why``: the object cannot be applied)."""
     out: dict[str, Any] = {"ready": ready, "starting": starting, "replicas": ready + starting}
     if key is not None:
         out["selector"] = pool_selector(key)
     if generation is not None:
         out["observedGeneration"] = generation
+    if key is None:
+        ok = condition(READY, False, "NotApplied", why or "not applied")
+    elif ready >= minimum:
+        ok = condition(READY, True, "Warm", f"{ready} warm, at least {minimum} kept")
+    elif short:
+        ok = condition(READY, False, "Short", f"{ready} of {minimum} warm: no room to start more (the warm share is "
+                       "full, or held sandboxes need it)")  # fmt: skip
+    else:
+        ok = condition(READY, False, "Filling", f"{ready} of {minimum} warm, {starting} starting")
+    out["conditions"] = conditions([ok], previous)
     return out

@@ -10,7 +10,8 @@ Each pass compares the objects (as the informer last saw them) with what was app
 - an object deleted: the pool is no longer kept and its queued warm instances are removed (instances starting for it
   are removed when their start ends); a pool that server.json also configures goes back to the configured sizes;
 - status: ``ready`` (warm instances queued), ``starting``, ``replicas`` (their sum, the scale subresource's
-  status) and ``selector`` (the label of the pods started for the pool), written only when it changed.
+  status), ``selector`` (the label of the pods started for the pool) and the condition Ready (``pool_status``: why
+  an object is not applied, e.g. an unknown snapshot, shows there), written only when it changed.
 
 ``spec.snapshot`` ("<tenant>/<name>", or "<name>" of the anonymous tenant "default") keeps replicas of that snapshot
 warm: it sets the snapshot's ``warm`` count (as ``snapshot(name, warm=N)`` does; at most 32; ``max`` and
@@ -76,7 +77,8 @@ class PoolSync:
         self.applied: dict[str, Want] = {}
         """Object name -> what was applied for it."""
         self.writes: Counter[str] = Counter()
-        self._refused: dict[str, str] = {}
+        self._refused: dict[str, tuple[str, str]] = {}
+        """Object name -> (the generation refused, why)."""
 
     def informers(self, api: KubeApi) -> list[Informer]:
         self.informer = Informer(
@@ -110,6 +112,7 @@ class PoolSync:
             spec, snapshot, minimum, maximum, starting = res.pool_spec(obj)
             if snapshot is None:
                 image = self.backend.image_for(spec)
+                self._refused.pop(name, None)
                 return Want(pool_key(spec, image), spec, image, None, minimum, maximum, starting)
             tenant, _, snap = snapshot.rpartition("/")
             key = f"{tenant or ANONYMOUS_TENANT}/{snap}"
@@ -119,10 +122,12 @@ class PoolSync:
             if record is None or warm is None:
                 raise ValueError(f"no snapshot {key!r} with a spec to start (take it with snapshot(name))")
         except (ValueError, TypeError, SandboxError) as e:
-            if self._refused.get(name) != generation:
-                self._refused[name] = generation
-                self._log.warning("SandboxPool %s is not applied: %s", name, e, extra={"pool": name})
+            why = e.message if isinstance(e, SandboxError) else str(e)
+            if self._refused.get(name, ("", ""))[0] != generation:
+                self._log.warning("SandboxPool %s is not applied: %s", name, why, extra={"pool": name})
+            self._refused[name] = (generation, why)
             return None
+        self._refused.pop(name, None)
         return Want(pool_key(warm, record.image), warm, record.image, key, min(minimum, MAX_WARM), maximum, starting)
 
     async def _apply(self, name: str, want: Want) -> None:
@@ -192,7 +197,11 @@ class PoolSync:
             found = stats.get(want.key) if want is not None else None
             ready, starting = (found.ready, found.starting) if found is not None else (0, 0)
             generation = (obj.get("metadata") or {}).get("generation")
-            status = res.pool_status(ready, starting, want.key if want else None, generation=generation)
+            status = res.pool_status(
+                ready, starting, want.key if want else None, generation=generation,
+                minimum=want.min if want else 0, why=self._refused.get(name, ("", ""))[1],
+                short=want is not None and want.key in self.service.pools.short, previous=obj.get("status"),
+            )  # fmt: skip
             patch = res.merge_diff(obj.get("status"), status)
             if not patch:
                 continue

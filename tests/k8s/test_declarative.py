@@ -268,6 +268,7 @@ async def test_kubectl_scale_sandboxpool_resizes_the_warm_pool(plane: KubectlPla
     await eventually(lambda: warm(1), 60, "the pool warm with 1")
     assert "scaled" in await plane.kubectl("scale", "sandboxpool", "terminal", "--replicas=3")
     await eventually(lambda: warm(3), 90, "the pool grown to 3")
+    await plane.kubectl("wait", "--for=condition=Ready", "sandboxpool/terminal", "--timeout=30s", timeout=40)
     raw = f"/apis/{res.API_VERSION}/namespaces/{NAMESPACE}/sandboxpools/terminal/scale"
     scale = json.loads(await plane.kubectl("get", "--raw", raw))
     assert scale["spec"]["replicas"] == 3 and scale["status"] == {"replicas": 3, "selector": selector}
@@ -280,6 +281,21 @@ async def test_kubectl_scale_sandboxpool_resizes_the_warm_pool(plane: KubectlPla
     assert (row["NAME"], row["MIN"], row["MAX"]) == ("terminal", "1", "8")
     await plane.kubectl("delete", "sandboxpool", "terminal")
     await eventually(lambda: _drained(plane, key, selector), 60, "the pool drained, its pods removed")
+
+
+async def test_a_sandboxpool_that_cannot_be_applied_says_why(plane: KubectlPlane) -> None:
+    body = {"apiVersion": res.API_VERSION, "kind": "SandboxPool", "metadata": {"name": "ghost"},
+            "spec": {"kind": "terminal", "min": 1, "snapshot": "team-a/none"}}  # fmt: skip
+    await plane.apply(body)
+
+    async def told() -> list[dict[str, str]] | None:
+        rows = _table(await plane.kubectl("get", "sandboxpool", "ghost", "-o", "wide"))
+        return rows if rows[0]["REASON"] == "NotApplied" else None
+
+    await eventually(told, 15, "the pool's Ready condition saying it is not applied")
+    (row,) = await told() or []
+    assert row["MESSAGE"].startswith("no snapshot 'team-a/none'") and row["READY"] == "0"
+    await plane.kubectl("delete", "sandboxpool", "ghost")
 
 
 async def _drained(plane: KubectlPlane, key: str, selector: str) -> bool:

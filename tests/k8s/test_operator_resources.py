@@ -118,11 +118,18 @@ def test_pool_specs_and_status() -> None:
     assert res.pool_spec({"spec": {"kind": "desktop", "min": 3, "max": 1, "snapshot": "a/b"}})[1:4] == ("a/b", 3, 3)
     with pytest.raises(ValueError):
         res.pool_spec({"spec": {"kind": "gpu", "min": 1}})
-    status = res.pool_status(7, 1, "pool:terminal:0123456789abcdef", generation=2)
+    status = res.pool_status(7, 1, "pool:terminal:0123456789abcdef", generation=2, minimum=8)
+    (ready,) = status.pop("conditions")
     assert status == {"ready": 7, "starting": 1, "replicas": 8, "observedGeneration": 2,
                       "selector": "sandbox.pool=pool.terminal.0123456789abcdef"}  # fmt: skip
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "Filling", "7 of 8 warm, 1 starting")
     pool = {"apiVersion": res.API_VERSION, "kind": "SandboxPool", "metadata": {"name": "t"}, **obj, "status": status}
     harness.validate_custom(pool)
+    reasons = [res.pool_status(8, 0, "k", generation=2, minimum=8)["conditions"][0]["reason"],
+               res.pool_status(2, 0, "k", generation=2, minimum=8, short=True)["conditions"][0]["reason"],
+               res.pool_status(0, 0, None, generation=2, why="no snapshot 'a/b'")["conditions"][0]]  # fmt: skip
+    assert reasons[:2] == ["Warm", "Short"]
+    assert (reasons[2]["reason"], reasons[2]["message"]) == ("NotApplied", "no snapshot 'a/b'")
 
 
 def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
