@@ -104,6 +104,11 @@ def render(name: str) -> tuple[dict[str, Any], ...]:
 RENDERS = ("chart", *(f"chart:{p.name}" for p in EXAMPLES), *KUSTOMIZE_TREES)
 
 
+def is_hook(obj: dict[str, Any]) -> bool:
+    """A Helm hook (the chart's pre-delete uninstall Job and its RBAC): not part of the installed release."""
+    return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
+
+
 def kn(obj: dict[str, Any]) -> str:
     ns = obj["metadata"].get("namespace")
     return f"{obj['kind']}/{ns + '/' if ns else ''}{obj['metadata']['name']}"

@@ -35,7 +35,7 @@ ONLY_IN_BASE = {
 
 
 def chart_objects() -> dict[tuple[str, str, str], dict[str, Any]]:
-    docs = [d for d in harness.render("chart") if "helm.sh/hook" not in d["metadata"].get("annotations", {})]
+    docs = [d for d in harness.render("chart") if not harness.is_hook(d)]
     return {key(d): harness.normalized(d) for d in docs}
 
 
@@ -114,7 +114,8 @@ def pod_templates(docs: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], 
 
 @pytest.mark.parametrize("render", harness.RENDERS)
 def test_wiring(render: str) -> None:
-    docs = harness.unhash_names(harness.render(render))
+    # the uninstall hook's objects (its own ServiceAccount, Roles, Job) are checked in test_chart_uninstall.py
+    docs = [d for d in harness.unhash_names(harness.render(render)) if not harness.is_hook(d)]
     index = {key(d): d for d in docs}
     names = defaultdict(set)
     for kind, ns, name in index:
@@ -230,7 +231,7 @@ def test_wiring(render: str) -> None:
 
     # NetworkPolicies: sandboxes admit the control plane's pods from the control plane's namespace
     for np in (d for d in docs if d["kind"] == "NetworkPolicy"):
-        if not np["metadata"]["name"].endswith("-default-deny"):
+        if not np["metadata"]["name"].endswith("-from-control-plane"):
             continue
         if np["metadata"]["namespace"] != sandbox_ns:
             problems.append(f"{harness.kn(np)} is not in the sandbox namespace")

@@ -100,6 +100,13 @@ BAD_VALUES: list[Any] = [
         "/sandboxes/networkPolicy/egress/deniedCIDRs/0",
         id="cidr",
     ),
+    pytest.param(
+        {"sandboxes": {"networkPolicy": {"egress": {"deniedCIDRs": ["169.254.0.0/16", "fd00::/129"]}}}},
+        "/sandboxes/networkPolicy/egress/deniedCIDRs/1",
+        id="ipv6-cidr",
+    ),
+    pytest.param({"rbac": {"volumeSnapshots": True}}, "/rbac", id="rbac-volume-snapshots-gone"),
+    pytest.param({"uninstallHook": {"activeDeadlineSeconds": 1}}, "/uninstallHook/activeDeadlineSeconds", id="hook"),
     pytest.param({"sandboxes": {"volumeAccessMode": "ReadMany"}}, "/sandboxes/volumeAccessMode", id="access-mode"),
     pytest.param({"service": {"grpc": {"type": "Ingress", "port": 50051}}}, "/service/grpc/type", id="service-type"),
     pytest.param({"service": {"http": {"type": "ClusterIP", "port": 70000}}}, "/service/http/port", id="port"),

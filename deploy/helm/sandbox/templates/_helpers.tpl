@@ -127,8 +127,12 @@ is ReadWriteMany, or an emptyDir. A ReadWriteOnce volume cannot attach on a seco
 */}}
 {{- define "sandbox.snapshotsRolling" -}}
 {{- $s := .Values.controlPlane.snapshots }}
-{{- if and $s.enabled (has "ReadWriteOncePod" $s.accessModes) (not (has "ReadWriteMany" $s.accessModes)) (gt (int .Values.controlPlane.replicaCount) 1) }}
+{{- $replicas := int .Values.controlPlane.replicaCount }}
+{{- if and $s.enabled (has "ReadWriteOncePod" $s.accessModes) (not (has "ReadWriteMany" $s.accessModes)) (gt $replicas 1) }}
 {{- fail "controlPlane.snapshots.accessModes is ReadWriteOncePod: one pod may mount it, so controlPlane.replicaCount must be 1 (ReadWriteMany for more)" }}
+{{- end }}
+{{- if and $s.enabled (not (has "ReadWriteMany" $s.accessModes)) (gt $replicas 1) }}
+{{- fail (printf "controlPlane.replicaCount is %d but the snapshot claim is not ReadWriteMany (controlPlane.snapshots.accessModes: %s): the replicas on other nodes could not mount it and would stay Pending. Set controlPlane.snapshots.accessModes={ReadWriteMany} with an RWX class in controlPlane.snapshots.storageClassName (EKS efs-sc, GKE a Filestore class, AKS azurefile-csi: examples/values-eks.yaml, -gke, -aks), or controlPlane.replicaCount=1" $replicas (join "," $s.accessModes)) }}
 {{- end }}
 {{- if or (not $s.enabled) (has "ReadWriteMany" $s.accessModes) }}true{{ end }}
 {{- end }}

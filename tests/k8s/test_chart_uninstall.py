@@ -1,0 +1,221 @@
+"""`helm uninstall` leaves nothing Terminating: the chart's pre-delete hook (rendered with real helm) and the module it
+runs, ``python -m sandbox.operator.uninstall``, against the fake API server after a real control plane made
+sandboxes whose Sandbox objects hold the finalizer ``sandbox.platform.io/end-sandbox``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from sandbox.backends.kubernetes.backend import KubernetesBackend
+from sandbox.errors import NotFound
+from sandbox.models import SandboxSpec
+from sandbox.operator import resources as res
+from sandbox.operator.operator import Operator
+from sandbox.operator.settings import OperatorSettings
+from sandbox.service import Principal, SandboxService
+from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
+from sandbox.store import EmbeddedStore
+from sandbox.testing.fake_kube import FakeKube
+from tests.k8s import harness, rbac
+from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, k8s_config
+from tests.k8s.test_chart import one, validate_all
+from tests.k8s.test_operator_fake_api import crd_docs
+from tests.polling import eventually
+
+LOGGER = logging.getLogger("sandbox.test.k8s.uninstall")
+ALICE = Principal("alice")
+CP_NAMESPACE = "sandbox-system"
+HOOK = "sandbox-uninstall"
+
+
+def is_uninstall_hook(obj: dict[str, Any]) -> bool:
+    return (obj["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-delete"
+
+
+def hook_docs(*sets: str) -> list[dict[str, Any]]:
+    return [d for d in harness.render_chart(sets=sets) if is_uninstall_hook(d)]
+
+
+def test_the_pre_delete_hook_is_a_job_of_the_control_plane_image_with_its_own_account() -> None:
+    docs = harness.render_chart()
+    validate_all(docs)
+    hooks = [d for d in docs if is_uninstall_hook(d)]
+    assert {harness.kn(d) for d in hooks} == {
+        f"ServiceAccount/{CP_NAMESPACE}/{HOOK}",
+        f"Role/{CP_NAMESPACE}/{HOOK}",
+        f"Role/{NAMESPACE}/{HOOK}",
+        f"RoleBinding/{CP_NAMESPACE}/{HOOK}",
+        f"RoleBinding/{NAMESPACE}/{HOOK}",
+        f"Job/{CP_NAMESPACE}/{HOOK}",
+    }
+    for d in hooks:
+        annotations = d["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-delete"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    weight = {d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in hooks}
+    assert weight["ServiceAccount"] < weight["Job"] and weight["Role"] < weight["Job"], "its rights exist first"
+    job = one(tuple(hooks), "Job")
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    control_plane = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == control_plane["image"] == "sandbox/controlplane:0.1.0"
+    assert container["command"] == ["python", "-m", "sandbox.operator.uninstall"]
+    assert f"--namespace={NAMESPACE}" in container["args"] and "--owner=sandbox" in container["args"]
+    assert pod["serviceAccountName"] == HOOK and pod["restartPolicy"] == "Never"
+    assert job["spec"]["activeDeadlineSeconds"] == 120
+    for binding in (d for d in hooks if d["kind"] == "RoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": HOOK, "namespace": CP_NAMESPACE}]
+        assert binding["roleRef"]["name"] == HOOK
+    scale = [r for r in hooks if r["kind"] == "Role" and r["metadata"]["namespace"] == CP_NAMESPACE]
+    assert {
+        "apiGroups": ["apps"],
+        "resources": ["deployments/scale"],
+        "resourceNames": ["sandbox"],
+        "verbs": ["patch"],
+    } in scale[0]["rules"], "it may scale the control plane's Deployment, no other"
+
+
+def test_the_hook_can_be_turned_off() -> None:
+    assert hook_docs("uninstallHook.enabled=false") == []
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def kube() -> AsyncIterator[FakeKube]:
+    fake = FakeKube(
+        mode="simulate",
+        owner=K8S_OWNER,
+        namespaces=(NAMESPACE, CP_NAMESPACE),
+        nodes=2,
+        agents=True,
+        validate=harness.validate_custom,
+    )
+    await asyncio.to_thread(fake.start)
+    await fake.install_crds(crd_docs())
+    try:
+        yield fake
+    finally:
+        await asyncio.to_thread(fake.close)
+
+
+async def _mirrored_fleet(kube: FakeKube, count: int) -> list[str]:
+    """A control plane (service, lifecycle, operator) makes ``count`` sandboxes, their Sandbox objects mirrored with
+    the finalizer, then goes away as `helm uninstall` would take it: without ending them."""
+    store = await EmbeddedStore.open(None, logger=LOGGER)
+    backend = KubernetesBackend(k8s_config(kube, agent_port=kube.agent_port))
+    service = SandboxService(backend, store, logger=LOGGER)
+    settings = LifecycleSettings(tick_s=0.1, health_interval_s=0.5, leader_ttl_s=1.0)
+    lifecycle = Lifecycle(service, settings, logger=LOGGER)
+    operator = Operator(service, lifecycle, backend, settings=OperatorSettings(interval_s=0.1), logger=LOGGER)
+    await service.start()
+    loops = [asyncio.create_task(lifecycle.run()), asyncio.create_task(operator.run())]
+    try:
+        await eventually(lambda: operator.running, 10, "the replica leading")
+        made = [(await service.create(ALICE, SandboxSpec(kind="terminal"))).id for _ in range(count)]
+        for name in made:
+            await eventually(lambda n=name: _finalized(kube, n), 15, f"{name} mirrored with the finalizer")  # type: ignore[misc]
+        return made
+    finally:
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        await operator.close()
+        await lifecycle.stop()
+        await service.close()
+        await store.close()
+
+
+async def _get(kube: FakeKube, resource: str, name: str) -> dict[str, Any] | None:
+    assert kube.store is not None
+    with contextlib.suppress(NotFound, Exception):
+        obj: dict[str, Any] = await kube.call(kube.store.get, resource, NAMESPACE, name)
+        return obj
+    return None
+
+
+async def _finalized(kube: FakeKube, name: str) -> bool:
+    obj = await _get(kube, res.SANDBOXES, name)
+    return bool(obj and res.FINALIZER in (obj["metadata"].get("finalizers") or []))
+
+
+async def _list(kube: FakeKube, resource: str, labels: str = "") -> list[dict[str, Any]]:
+    assert kube.store is not None
+    items, _ = await kube.call(kube.store.list, resource, NAMESPACE, labels=labels)
+    return list(items)
+
+
+def _hook_args(kube: FakeKube) -> list[str]:
+    """The Job's arguments as the chart renders them, this run's owner and the fake's kubeconfig instead."""
+    (job,) = [d for d in hook_docs() if d["kind"] == "Job"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    args = [a for a in container["args"] if not a.startswith("--owner=")]
+    return [*container["command"][1:], *args, f"--owner={K8S_OWNER}", f"--kubeconfig={kube.kubeconfig}"]
+
+
+@pytest.mark.timeout(120)
+async def test_uninstall_releases_every_sandbox_so_nothing_hangs_terminating(kube: FakeKube) -> None:
+    assert kube.store is not None and kube.api is not None
+    made = await _mirrored_fleet(kube, 3)
+    selector = f"sandbox.owner={K8S_OWNER}"
+    assert len(await _list(kube, "pods", selector)) == 3 and len(await _list(kube, "secrets", selector)) == 3
+    # one already deleted by kubectl while no control plane ran: Terminating, held by the finalizer
+    await kube.call(kube.store.delete, res.SANDBOXES, NAMESPACE, made[0])
+    held = await _get(kube, res.SANDBOXES, made[0])
+    assert held is not None and held["metadata"]["deletionTimestamp"]
+    # another release's object in the same namespace, with the same finalizer: not ours to release
+    other = {
+        "apiVersion": res.API_VERSION,
+        "kind": "Sandbox",
+        "metadata": {
+            "name": "sb-other",
+            "labels": {"sandbox.managed-by": "sandbox", "sandbox.owner": "other"},
+            "finalizers": [res.FINALIZER],
+        },
+        "spec": {"kind": "terminal", "tenant": "bob"},
+    }
+    await kube.call(kube.store.create, res.SANDBOXES, NAMESPACE, other)
+
+    logged = len(kube.api.requests)
+    env = {**os.environ, "PYTHONPATH": str(harness.ROOT)}
+    proc = await asyncio.to_thread(
+        subprocess.run, [sys.executable, *_hook_args(kube)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the Terminating object goes as its finalizer does; the secrets go with their pods (ownerReference)
+    assert "finalizers removed=3, Sandbox objects deleted=2, pods deleted=3" in proc.stderr, proc.stderr
+
+    ours = await _list(kube, res.SANDBOXES, selector)
+    assert ours == [], [o["metadata"] for o in ours]
+    assert await _list(kube, "pods", selector) == []
+    assert await _list(kube, "secrets", selector) == []
+    # nothing of this release holds a finalizer: deleting the namespace would not wait on anything of ours
+    left = await _list(kube, res.SANDBOXES)
+    assert [o["metadata"]["name"] for o in left] == ["sb-other"]
+    assert left[0]["metadata"]["finalizers"] == [res.FINALIZER] and not left[0]["metadata"].get("deletionTimestamp")
+
+    # every call the hook made is allowed by the hook's own Roles, and it needs no more than they grant
+    roles = [d for d in hook_docs() if d["kind"] == "Role"]
+    granted = set().union(*(rbac.grants(r) for r in roles))  # sandbox-system and sandboxes, as the fake has them
+    calls = {c for m, p in list(kube.api.requests)[logged:] if (c := rbac.to_call(m, p)) is not None}
+    assert calls, "the hook made no request"
+    refused = sorted(str(c) for c in calls if rbac.allowed_by(c, granted) is None)
+    assert not refused, f"calls the hook's Roles (templates/uninstall-hook.yaml) do not allow: {refused}"
+    used = {rbac.allowed_by(c, granted) for c in calls}
+    # listing the control plane's pods follows a successful scale to 0; the fake serves no Deployments (404: the
+    # control plane counts as stopped), so that call is not made here
+    unused = sorted(g for g in granted - used if g[1:4] != ("", "pods", "list") or g[0] != CP_NAMESPACE)
+    assert not unused, f"hook rules no call used: {unused}"
+
+    await kube.call(kube.store.delete, res.SANDBOXES, NAMESPACE, "sb-other")
+    await kube.call(
+        kube.store.patch, res.SANDBOXES, NAMESPACE, "sb-other", {"metadata": {"finalizers": None}}, strategic=False
+    )
