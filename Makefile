@@ -53,7 +53,7 @@ test: setup  ## set up whatever is missing, then lint, type-check and run every 
 soak: setup  ## N sandboxes stepping for M minutes through a real server: make soak SOAK_SANDBOXES=8 SOAK_MINUTES=5
 	SANDBOX_SOAK=1 SOAK_SANDBOXES=$(SOAK_SANDBOXES) SOAK_MINUTES=$(SOAK_MINUTES) bash scripts/test.sh tests/soak -s $(PYTEST_ARGS)
 
-push:  ## set up, then build (cached) and push every image, the control plane's too: make push REGISTRY=host:port
+push:  ## set up, build (cached), push every image (control plane too) as :<hash>, :latest, :<version> (the chart's tag): make push REGISTRY=host:port
 	@test -n "$(REGISTRY)" || { echo "make push: set REGISTRY=host:port (e.g. 127.0.0.1:5000); KINDS=... to push some" >&2; exit 2; }
 	@$(MAKE) --no-print-directory setup
 	$(VENV)/bin/sandbox images push $(REGISTRY) $(KINDS)

@@ -100,7 +100,8 @@ def images_push(
     ] = None,
     recipes_dir: RecipesDirOpt = None,
 ) -> None:
-    """Tag images as REGISTRY/sandbox/<kind>:<hash> and :latest and push them; exit 1 on the first failure."""
+    """Tag images as REGISTRY/sandbox/<kind>:<hash>, :latest and :<platform version> (the Helm chart's and the kustomize
+    base's default tag) and push them; exit 1 on the first failure."""
     from sandbox.backends.docker.images.builder import IMAGE_KINDS, push_images
 
     started = time.monotonic()

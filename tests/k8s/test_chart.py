@@ -7,11 +7,14 @@ import base64
 import ipaddress
 import json
 import tarfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from sandbox import __version__
 from tests.k8s import harness
 
 VALUES = [pytest.param((), id="default"), *(pytest.param((p,), id=p.name) for p in harness.EXAMPLES)]
@@ -493,3 +496,19 @@ def test_cloud_examples_name_each_clouds_storage_classes(example: str) -> None:
     assert (redis["spec"]["storageClassName"], redis["spec"]["accessModes"]) == (redis_class, ["ReadWriteOnce"])
     backend = server_json(docs)["backend"]
     assert (backend["storage_class"], backend["volume_access_mode"]) == (volume_class, volume_mode)
+
+
+def test_one_version_names_the_images_everywhere() -> None:
+    """`sandbox images push` (make push) tags every image with sandbox.__version__; the chart's default tag is its
+    appVersion; the kustomize trees spell the tag out. One version, or a fresh install pulls a tag nobody pushed."""
+    chart = yaml.safe_load((harness.CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((harness.ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["appVersion"] == chart["version"] == project == __version__
+    for render in harness.RENDERS:
+        docs = harness.render(render)
+        refs = [c["image"] for _, spec in pod_specs(docs) for c in spec["containers"]]
+        refs += list(server_json(docs)["backend"]["images"].values())
+        ours = [r for r in refs if "/sandbox/" in f"/{r}"]
+        assert ours, render
+        for ref in ours:
+            assert ref.endswith(f":{__version__}"), f"{render} names {ref}, not the pushed tag {__version__}"
