@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import subprocess
@@ -15,11 +16,15 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from aiohttp import web
 
+from sandbox.backends.kubernetes.api import KubeApi
 from sandbox.backends.kubernetes.backend import KubernetesBackend
+from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.errors import NotFound
 from sandbox.models import SandboxSpec
 from sandbox.operator import resources as res
+from sandbox.operator import uninstall
 from sandbox.operator.operator import Operator
 from sandbox.operator.settings import OperatorSettings
 from sandbox.service import Principal, SandboxService
@@ -219,3 +224,79 @@ async def test_uninstall_releases_every_sandbox_so_nothing_hangs_terminating(kub
     await kube.call(
         kube.store.patch, res.SANDBOXES, NAMESPACE, "sb-other", {"metadata": {"finalizers": None}}, strategic=False
     )
+
+
+class _DeploymentServer:
+    """The two calls the stop makes, served as a Deployment controller answers them: a merge patch of
+    ``deployments/<name>/scale`` (its pods go ``pods_left_after`` listings later), and a LIST of the pods."""
+
+    def __init__(self, pods_left_after: int | None) -> None:
+        self.pods_left_after = pods_left_after
+        self.patches: list[tuple[str, Any]] = []
+        self.listings: list[str] = []
+
+    async def scale(self, request: web.Request) -> web.Response:
+        if request.match_info["name"] != "sandbox":
+            return web.json_response({"kind": "Status", "code": 404, "reason": "NotFound"}, status=404)
+        assert request.content_type == "application/merge-patch+json"
+        self.patches.append((request.path, await request.json()))
+        return web.json_response({"kind": "Scale", "spec": {"replicas": 0}})
+
+    async def pods(self, request: web.Request) -> web.Response:
+        self.listings.append(request.query.get("labelSelector", ""))
+        running = self.pods_left_after is None or len(self.listings) <= self.pods_left_after
+        items = [{"metadata": {"name": "sandbox-7d9-x1"}}] if self.patches and running else []
+        return web.json_response({"kind": "PodList", "items": items, "metadata": {}})
+
+
+async def _serve(server: _DeploymentServer, tmp: Any) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_patch("/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale", server.scale)
+    app.router.add_get("/api/v1/namespaces/{ns}/pods", server.pods)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    kubeconfig = tmp / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "t",
+                "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "t", "user": {"token": "t"}}],
+                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+            }
+        )
+    )
+    return runner, str(kubeconfig)
+
+
+@pytest.mark.parametrize(("left_after", "stopped"), [(2, True), (None, False)])
+async def test_the_control_plane_is_stopped_first_and_waited_for(
+    tmp_path: Any, left_after: int | None, stopped: bool
+) -> None:
+    """Scaled to 0 through its Deployment's scale subresource, then its pods listed until none is left; pods that
+    never go fail the clean-up by the deadline (the Job fails, Helm reports it) rather than racing the control plane."""
+    server = _DeploymentServer(left_after)
+    runner, kubeconfig = await _serve(server, tmp_path)
+    config = KubernetesConfig.model_validate({"kubeconfig": kubeconfig, "owner": "x", "namespace": NAMESPACE})
+    api = await KubeApi.connect(config)
+    selector = "app.kubernetes.io/component=control-plane"
+    try:
+        if stopped:
+            assert await uninstall.stop_control_plane(api, CP_NAMESPACE, "sandbox", selector, timeout_s=5, poll_s=0.05)
+            assert len(server.listings) == 3 and set(server.listings) == {selector}
+        else:
+            with pytest.raises(TimeoutError, match="control-plane pods still running after 1 s: sandbox-7d9-x1"):
+                await uninstall.stop_control_plane(api, CP_NAMESPACE, "sandbox", selector, timeout_s=1, poll_s=0.05)
+        assert server.patches == [
+            (f"/apis/apps/v1/namespaces/{CP_NAMESPACE}/deployments/sandbox/scale", {"spec": {"replicas": 0}})
+        ]
+        # no such Deployment: nothing runs, nothing to wait for
+        assert not await uninstall.stop_control_plane(api, CP_NAMESPACE, "gone", selector, timeout_s=1)
+    finally:
+        await api.close()
+        await runner.cleanup()
