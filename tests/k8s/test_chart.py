@@ -25,6 +25,7 @@ STANDARD_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.
 def test_examples_exist() -> None:
     names = {p.name for p in harness.EXAMPLES}
     assert {"external-redis.yaml", "gvisor.yaml", "ingress-and-monitoring.yaml"} <= names
+    assert {"values-kind.yaml", "values-eks.yaml", "values-gke.yaml", "values-aks.yaml"} <= names
 
 
 @pytest.mark.parametrize("values", VALUES)
@@ -512,3 +513,16 @@ def test_one_version_names_the_images_everywhere() -> None:
         assert ours, render
         for ref in ours:
             assert ref.endswith(f":{__version__}"), f"{render} names {ref}, not the pushed tag {__version__}"
+
+
+def test_notes_say_who_enforces_the_policies_and_what_uninstall_does() -> None:
+    def notes(*sets: str) -> str:
+        cmd: list[str | Path] = [harness.HELM, "install", harness.RELEASE, harness.CHART]
+        proc = harness.run([*cmd, "-n", harness.RELEASE_NAMESPACE, "--dry-run=client", *harness.helm_args((), sets)])
+        out = proc.stdout
+        return " ".join(out[out.index("NOTES:") :].split())
+
+    default = notes()
+    assert "only a CNI that enforces them" in default and "Job sandbox-uninstall" in default
+    off = notes("sandboxes.networkPolicy.enabled=false", "uninstallHook.enabled=false")
+    assert "WARNING: sandboxes.networkPolicy.enabled is false" in off and "sandbox-uninstall" not in off
