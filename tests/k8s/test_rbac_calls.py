@@ -90,8 +90,8 @@ async def _stored(kube: FakeKube, resource: str, name: str) -> dict[str, Any] | 
 
 async def _workload(kube: FakeKube) -> None:
     """What a day of the control plane asks of the API: sandboxes of every network (policies, secrets, a shared
-    volume), logs, Sandbox objects mirrored and their statuses, a SandboxPool applied and filled, a Sandbox deleted
-    with kubectl, another replica reaching a sandbox it did not start, sandboxes ended through the API."""
+    volume), logs, Sandbox objects mirrored and their statuses, a SandboxPool applied and filled, a Sandbox applied and
+    deleted with kubectl, a Sandbox deleted with kubectl, another replica reaching a sandbox it did not start, sandboxes ended through the API."""
     assert kube.store is not None
     store = await EmbeddedStore.open(None, logger=LOGGER)
     backend = KubernetesBackend(k8s_config(kube, agent_port=kube.agent_port))
@@ -135,6 +135,17 @@ async def _workload(kube: FakeKube) -> None:
         await eventually(lambda: _pool_ready(kube), 20, "the SandboxPool filled, its status written")
         await kube.call(kube.store.delete, res.POOLS, NAMESPACE, "terminal")  # kubectl delete sandboxpool
 
+        declared = {
+            "apiVersion": res.API_VERSION,
+            "kind": "Sandbox",
+            "metadata": {"name": "declared", "annotations": {"sandbox.platform.io/tenant": "alice"}},
+            "spec": {"kind": "terminal"},
+        }
+        await kube.call(kube.store.create, res.SANDBOXES, NAMESPACE, declared)  # kubectl apply -f sandbox.yaml
+        await eventually(lambda: _running(kube, "declared"), 20, "the declared Sandbox running, its pod owned by it")
+        await kube.call(kube.store.delete, res.SANDBOXES, NAMESPACE, "declared")  # kubectl delete sandbox declared
+        await eventually(lambda: _gone(kube, "declared"), 15, "the declared sandbox ended, its finalizer released")
+
         doomed = made[0].id
         await kube.call(kube.store.delete, res.SANDBOXES, NAMESPACE, doomed)  # kubectl delete sandbox
         await eventually(lambda: _gone(kube, doomed), 15, "the leader ending the deleted Sandbox, its finalizer gone")
@@ -162,6 +173,11 @@ async def _health(kube: FakeKube, name: str) -> bool:
 async def _pool_ready(kube: FakeKube) -> bool:
     obj = await _stored(kube, res.POOLS, "terminal")
     return bool(obj and (obj.get("status") or {}).get("ready", 0) >= 1)
+
+
+async def _running(kube: FakeKube, name: str) -> bool:
+    obj = await _stored(kube, res.SANDBOXES, name)
+    return bool(obj and (obj.get("status") or {}).get("phase") == "Running")
 
 
 async def _gone(kube: FakeKube, name: str) -> bool:
