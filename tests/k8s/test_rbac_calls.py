@@ -91,7 +91,8 @@ async def _stored(kube: FakeKube, resource: str, name: str) -> dict[str, Any] | 
 async def _workload(kube: FakeKube) -> None:
     """What a day of the control plane asks of the API: sandboxes of every network (policies, secrets, a shared
     volume), logs, Sandbox objects mirrored and their statuses, a SandboxPool applied and filled, a Sandbox applied and
-    deleted with kubectl, a Sandbox deleted with kubectl, another replica reaching a sandbox it did not start, sandboxes ended through the API."""
+    deleted with kubectl, a mirrored one deleted with kubectl, another replica reaching a sandbox it did not start,
+    sandboxes ended through the API."""
     assert kube.store is not None
     store = await EmbeddedStore.open(None, logger=LOGGER)
     backend = KubernetesBackend(k8s_config(kube, agent_port=kube.agent_port))
