@@ -16,10 +16,10 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import TypeAdapter, ValidationError
 
-from sandbox.backends.base import LABEL_POOL, LABEL_USER_PREFIX, RuntimeState
+from sandbox.backends.base import LABEL_POOL, LABEL_USER_PREFIX, RuntimeState, tenant_hash
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.factory import BackendConfig, make_backend
-from sandbox.backends.kubernetes import manifests, status
+from sandbox.backends.kubernetes import manifests, netpolicy, status
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.errors import STATUS_TABLE, for_status, translate
@@ -55,10 +55,13 @@ def validate(obj: dict[str, Any], version: str) -> None:
     kubernetes_validate.validate(obj, version, strict=True)
 
 
+TENANT = "team-a"
+
+
 def pod(kind: str = "terminal", config: KubernetesConfig = PLAIN, **spec: Any) -> dict[str, Any]:
     full = SandboxSpec.model_validate({"kind": kind, **spec})
     image = manifests.kind_image(config, kind)
-    return manifests.pod_manifest(config, instance_id=INSTANCE, spec=full, image=image, pool=POOL)
+    return manifests.pod_manifest(config, instance_id=INSTANCE, spec=full, image=image, pool=POOL, tenant=TENANT)
 
 
 TUNED_SPEC = {
@@ -79,11 +82,11 @@ MANIFESTS = {
     "pod android with the kvm group": pod("android", KVM_GROUP, **ANDROID_SPEC),
     "pod with runtime class, node selector, tolerations, egress, a volume": pod("desktop", TUNED, **TUNED_SPEC),
     "secret": manifests.secret_manifest(PLAIN, instance_id=INSTANCE, token="t0ken"),
-    "volume claim": manifests.volume_claim_manifest(TUNED, "Data_Set.v1"),
-    **{
-        f"network policy {p['metadata']['name']}": p
-        for p in manifests.network_policies(PLAIN, control_plane_namespace="sandbox-system")
-    },
+    "volume claim": manifests.volume_claim_manifest(TUNED, "Data_Set.v1", TENANT),
+    "internal network policy": netpolicy.internal_policy(PLAIN, TENANT),
+    "internal network policy with DNS": netpolicy.internal_policy(
+        KubernetesConfig(owner="prod", internal_dns=True), None
+    ),
 }
 
 
@@ -150,6 +153,7 @@ def test_the_pod_carries_the_agent_setup_resources_and_identity() -> None:
         "sandbox.instance": INSTANCE,
         "sandbox.kind": "terminal",
         "sandbox.platform.io/network": "none",
+        "sandbox.tenant-hash": tenant_hash(TENANT),
         "sandbox.pool": "pool.terminal.0123456789abcdef",
     }
     assert meta["annotations"]["sandbox.pool"] == POOL  # the exact key, which no label value can hold
@@ -173,7 +177,7 @@ def test_a_tuned_pod_takes_the_cluster_settings_and_the_spec() -> None:
     assert container["resources"]["limits"] == {"cpu": "2500m", "memory": "4096Mi"}
     assert {"name": "FOO", "value": "bar"} in container["env"]
     claim = next(v for v in spec["volumes"] if "persistentVolumeClaim" in v)["persistentVolumeClaim"]
-    assert claim["readOnly"] is True and claim["claimName"] == manifests.volume_claim_name("Data_Set.v1")
+    assert claim["readOnly"] is True and claim["claimName"] == manifests.volume_claim_name("Data_Set.v1", TENANT)
     assert {"name": "vol-0", "mountPath": "/workspace/data", "readOnly": True} in container["volumeMounts"]
     assert json.loads(manifest["metadata"]["annotations"]["sandbox.user-labels"])["weird key!"] == "x" * 100
     described = status.describe(manifest)
@@ -231,36 +235,39 @@ def test_volume_claims_ask_for_the_configured_class_and_mode() -> None:
         "resources": {"requests": {"storage": "1Gi"}},
         "storageClassName": "nfs-client",
     }
-    assert re.fullmatch(r"sbxvol-data-set-v1-[0-9a-f]{8}", claim["metadata"]["name"])
-    assert manifests.volume_claim_name("data") == "sbxvol-data"
+    scope = tenant_hash(TENANT)
+    assert re.fullmatch(rf"sbxvol-{scope}-data-set-v1-[0-9a-f]{{8}}", claim["metadata"]["name"])
+    assert claim["metadata"]["labels"]["sandbox.tenant-hash"] == scope
+    assert manifests.volume_claim_name("data", TENANT) == f"sbxvol-{scope}-data"
+    assert manifests.volume_claim_name("data", "team-b") != manifests.volume_claim_name("data", TENANT)
+    assert manifests.volume_claim_name("data", None) == "sbxvol-none-data"
+    assert manifests.unscoped_volume_claim_name("data") == "sbxvol-data"
+    long = manifests.volume_claim_name("v" * 80, TENANT)
+    assert len(long) <= 63 and long.startswith(f"sbxvol-{scope}-")
 
 
-def test_network_policies_isolate_and_open_only_what_was_asked() -> None:
-    policies = {
-        p["metadata"]["name"]: p["spec"] for p in manifests.network_policies(PLAIN, control_plane_namespace="cp")
+def test_the_backend_makes_no_baseline_policy_only_the_tenants_internal_one() -> None:
+    """The chart renders the baseline (default deny, egress, the control plane's ingress); the backend's one policy
+    per tenant selects that tenant's internal pods and lets them reach each other alone."""
+    assert not hasattr(manifests, "network_policies")
+    policy = netpolicy.internal_policy(PLAIN, TENANT)
+    spec, scope = policy["spec"], tenant_hash(TENANT)
+    mine = {
+        "sandbox.managed-by": "sandbox",
+        "sandbox.owner": "prod",
+        "sandbox.platform.io/network": "internal",
+        "sandbox.tenant-hash": scope,
     }
-    isolation, egress, internal = (
-        policies["sbx-prod-isolation"],
-        policies["sbx-prod-egress"],
-        policies["sbx-prod-internal"],
-    )
-    assert isolation["podSelector"] == {"matchLabels": {"sandbox.managed-by": "sandbox", "sandbox.owner": "prod"}}
-    assert isolation["policyTypes"] == ["Ingress", "Egress"] and isolation["egress"] == []
-    (rule,) = isolation["ingress"]
-    assert rule["ports"] == [{"protocol": "TCP", "port": 7000}]
-    assert rule["from"] == [
-        {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "cp"}},
-            "podSelector": {"matchLabels": {"app.kubernetes.io/component": "control-plane"}},
-        }
-    ]
-    assert egress["podSelector"]["matchLabels"]["sandbox.platform.io/network"] == "egress"
-    v4 = egress["egress"][0]["to"][0]["ipBlock"]
-    assert v4["cidr"] == "0.0.0.0/0"
-    assert set(v4["except"]) == {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"}
-    dns = egress["egress"][1]
+    assert policy["metadata"]["name"] == f"sbx-prod-internal-{scope}"
+    assert spec["podSelector"] == {"matchLabels": mine}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [{"from": [{"podSelector": {"matchLabels": mine}}]}]
+    assert spec["egress"] == [{"to": [{"podSelector": {"matchLabels": mine}}]}]  # no DNS unless configured
+    dns = netpolicy.internal_policy(KubernetesConfig(owner="prod", internal_dns=True), TENANT)["spec"]["egress"][1]
     assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
-    assert internal["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["sandbox.platform.io/network"] == "internal"
+    assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    unscoped = netpolicy.internal_policy(PLAIN, None)
+    assert unscoped["spec"]["podSelector"]["matchLabels"]["sandbox.tenant-hash"] == "none"
 
 
 @pytest.mark.parametrize(
@@ -356,7 +363,7 @@ def test_api_statuses_become_platform_errors(code: int, expected: type[Exception
     translated = translate(error, "create pod p")
     assert type(translated) is expected
     assert translated.message.startswith("create pod p: ") and "the server said why" in translated.message
-    if code in (401, 403):
+    if code == 401:
         assert "RBAC" in translated.message
     assert code in STATUS_TABLE or code >= 500 or code == 418
 

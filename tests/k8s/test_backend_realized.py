@@ -12,15 +12,16 @@ import os
 import secrets
 from typing import Any
 
+import docker
 import pytest
 
 from sandbox.backends.agent_client import AgentClient
-from sandbox.backends.base import RuntimeState
+from sandbox.backends.base import RuntimeState, tenant_hash
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.errors import FailedPrecondition, NotFound, PermissionDenied, Unauthenticated
 from sandbox.models import SandboxSpec
 from sandbox.testing.fake_kube import FakeKube
-from tests.k8s.fake_api_fixtures import NAMESPACE, backend, docker_engine, k8s_config, kube
+from tests.k8s.fake_api_fixtures import IMAGE, NAMESPACE, backend, docker_engine, k8s_config, kube
 from tests.polling import eventually
 
 __all__ = ["backend", "docker_engine", "kube"]
@@ -57,9 +58,7 @@ async def test_create_serves_the_agent_over_tcp_with_the_pods_token(
             await wrong.ping()
         await wrong.close()
         assert token not in refused.value.message
-        assert sorted(await _objects(kube, "networkpolicies")) == [
-            f"sbx-{backend.config.owner}-{p}" for p in ("egress", "internal", "isolation")
-        ]
+        assert await _objects(kube, "networkpolicies") == []  # the chart's baseline; internal ones per tenant
         listing = {i.id: i for i in await backend.list_instances()}
         assert listing[instance].state is RuntimeState.RUNNING
         assert listing[instance].labels["sandbox.user.sandbox.test"] == "k8s"
@@ -89,13 +88,49 @@ async def test_another_replica_reads_the_token_from_the_secret(backend: Kubernet
         await backend.destroy(instance)
 
 
-async def test_a_missing_image_fails_fast_and_leaves_nothing(backend: KubernetesBackend, kube: FakeKube) -> None:
+async def test_a_missing_image_fails_at_the_start_deadline_with_the_last_pull_message_and_leaves_nothing(
+    backend: KubernetesBackend, kube: FakeKube
+) -> None:
+    """The kubelet retries a failed pull (ErrImagePull, ImagePullBackOff): the create waits to its deadline."""
     spec = SandboxSpec(kind="terminal", image="sandbox/no-such-image:latest")
     started = asyncio.get_running_loop().time()
-    with pytest.raises(NotFound, match="cannot pull its image"):
-        await backend.create(_id(), spec, ready_timeout=30)
-    assert asyncio.get_running_loop().time() - started < 10
+    with pytest.raises(NotFound, match="cannot pull its image: still failing 3 s after") as failed:
+        await backend.create(_id(), spec, ready_timeout=3)
+    assert 3 <= asyncio.get_running_loop().time() - started < 20
+    assert 'image "sandbox/no-such-image:latest"' in failed.value.message
     assert await _objects(kube, "pods") == [] and await _objects(kube, "secrets") == []
+
+
+async def test_an_image_that_arrives_while_the_kubelet_retries_its_pull_starts(
+    backend: KubernetesBackend, kube: FakeKube, docker_engine: docker.DockerClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ErrImagePull at first sight is no failure: the image tagged into the engine (the fake kubelet's registry) while
+    the create waits is pulled at the next try, and the create succeeds."""
+    late = f"sandbox/late-{secrets.token_hex(4)}:latest"
+    instance = _id()
+    caplog.set_level(logging.INFO, logger="sandbox.backends.kubernetes.backend")
+    task = asyncio.create_task(backend.create(instance, SandboxSpec(kind="terminal", image=late), ready_timeout=60))
+    try:
+        await eventually(lambda: _pull_failed(kube, backend.pod_name(instance)), 20, "the pod failing its pull")
+        assert not task.done()
+        docker_engine.images.get(IMAGE).tag(late)
+        made = await asyncio.wait_for(task, 60)
+        assert made.state is RuntimeState.RUNNING
+        assert (await backend.agent(instance).exec(["echo", "pulled late"])).stdout == "pulled late\n"
+        assert "ErrImagePull" in caplog.text and "(the kubelet retries)" in caplog.text
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await backend.destroy(instance)
+        docker_engine.images.remove(late, noprune=True)
+
+
+async def _pull_failed(kube: FakeKube, pod: str) -> bool:
+    for found in await kube.pods():
+        if found["metadata"]["name"] == pod:
+            waiting = ((found["status"].get("containerStatuses") or [{}])[0].get("state") or {}).get("waiting") or {}
+            return waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff")
+    return False
 
 
 @pytest.mark.parametrize("stage", ["_wait_running", "_wait_ready"])
@@ -209,8 +244,8 @@ async def test_a_shared_volume_is_a_claim_mounted_into_each_pod(backend: Kuberne
     rw = SandboxSpec.model_validate({"kind": "terminal", "volumes": [mount]})
     ro = SandboxSpec.model_validate({"kind": "terminal", "volumes": [{**mount, "read_only": True}]})
     try:
-        await asyncio.gather(backend.create(writer, rw), backend.create(reader, ro))
-        assert "sbxvol-shared" in await _objects(kube, "persistentvolumeclaims")
+        await asyncio.gather(backend.create(writer, rw, tenant="alice"), backend.create(reader, ro, tenant="alice"))
+        assert f"sbxvol-{tenant_hash('alice')}-shared" in await _objects(kube, "persistentvolumeclaims")
         assert (await backend.agent(writer).exec("echo hi > /workspace/shared/x")).exit_code == 0
         assert (await backend.agent(reader).exec("cat /workspace/shared/x")).stdout == "hi\n"
         denied = await backend.agent(reader).exec("echo no > /workspace/shared/y")

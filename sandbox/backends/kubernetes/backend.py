@@ -30,9 +30,9 @@ import base64
 import contextlib
 import logging
 import secrets
+from functools import partial
 from typing import Any
 
-from sandbox import environment
 from sandbox.aio import raise_if_cancelled, settled
 from sandbox.backends import android
 from sandbox.backends.agent_client import AgentClient, _TcpTransport
@@ -49,9 +49,12 @@ from sandbox.backends.kubernetes.api import KubeApi, core_path, policy_path
 from sandbox.backends.kubernetes.claims import claim_patch, read_claims
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.manifests import ANNOTATION_IMAGE, ARCHIVE_PREFIX, TOKEN_KEY
+from sandbox.backends.kubernetes.netpolicy import TenantPolicies
 from sandbox.backends.kubernetes.snapshots import ArchiveStore, restore_archive, take_archive
+from sandbox.backends.kubernetes.teardown import Teardown
+from sandbox.backends.kubernetes.volumes import ensure_volume
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound, SandboxError, Unavailable
-from sandbox.models import SandboxKind, SandboxSpec
+from sandbox.models import NetworkPolicy, SandboxKind, SandboxSpec
 
 SUPPORTED_KINDS = (SandboxKind.TERMINAL, SandboxKind.DESKTOP, SandboxKind.BROWSER, SandboxKind.ANDROID)
 _log = logging.getLogger(__name__)
@@ -68,7 +71,8 @@ class KubernetesBackend(Backend):
         self.archives = ArchiveStore(config.snapshot_dir)
         self._api: KubeApi | None = None
         self._connecting: asyncio.Lock | None = None
-        self._policies_ready = False
+        self.policies = TenantPolicies(config)
+        self._teardown = Teardown(config, logger=_log)
         self._endpoints: dict[str, tuple[str, str]] = {}
         """Instance -> (pod IP, agent token): known for the pods this process created or reached once."""
         self._reported: dict[str, str] = {}
@@ -117,24 +121,26 @@ class KubernetesBackend(Backend):
         ready_timeout: float | None = None,
         tenant: str | None = None,
     ) -> BackendInstance:
-        """``tenant`` is accepted and not used yet: network ``internal`` is one NetworkPolicy per owner
-        (``manifests.network_policies``), made once, so internal pods of two tenants of one owner reach each other
-        here. Scoping it would take a policy per tenant, made on a tenant's first internal pod and removed after
-        its last (a policy cannot select "pods with my own label value"); see docs/hardening.md."""
+        """``tenant`` scopes the pod: its label ``sandbox.tenant-hash``, its internal network (the tenant's
+        NetworkPolicy, made at its first internal pod: netpolicy.py) and its shared volumes (the tenant's claims:
+        volumes.py)."""
         if spec.kind not in SUPPORTED_KINDS:
             raise FailedPrecondition(f"the kubernetes backend cannot run {spec.kind.value} sandboxes")
         timeout = ready_timeout or android.ready_timeout(spec, self.config.ready_timeout_s)
         archive = self.archives.name_of(spec.image or "") if (spec.image or "").startswith(ARCHIVE_PREFIX) else None
         image = manifests.kind_image(self.config, spec.kind.value) if archive else self.image_for(spec)
         name, token = self.pod_name(instance_id), secrets.token_urlsafe(32)
-        pod_manifest = manifests.pod_manifest(self.config, instance_id=instance_id, spec=spec, image=image, pool=pool)
+        pod_manifest = manifests.pod_manifest(
+            self.config, instance_id=instance_id, spec=spec, image=image, pool=pool, tenant=tenant
+        )
         try:
             if archive is not None:
                 await self.archives.require(archive)
             api = await self.api()
-            await self._ensure_policies(api)
+            if spec.network is NetworkPolicy.INTERNAL and self.config.manage_network_policies:
+                await self.policies.ensure(tenant, partial(self._create_policy, api))
             for mount in spec.volumes:
-                await self._ensure_volume(api, mount.name)
+                await ensure_volume(api, self.config, mount.name, tenant)
             secret = manifests.secret_manifest(self.config, instance_id=instance_id, token=token)
             # settled: a request cut off by a cancellation may still make its object; wait for the answer, so the
             # clean-up below finds whatever was made.
@@ -188,15 +194,13 @@ class KubernetesBackend(Backend):
         )
 
     async def destroy(self, instance_id: str) -> None:
+        """Delete the pod gracefully (``delete_grace_s``, never forced) and its Secret, then wait until the API
+        server says the pod is gone (teardown.py); a pod still terminating after ``delete_wait_s`` (its node
+        unreachable) stays listed, being deleted, and is not waited for again by this process."""
         await self._forget_agent(instance_id)
         self._endpoints.pop(instance_id, None)
         self._reported.pop(instance_id, None)
-        api = await self.api()
-        name = self.pod_name(instance_id)
-        doomed = ((self._pods(name), f"delete pod {name}"), (self._secret(instance_id), f"delete {name}'s secret"))
-        for path, what in doomed:
-            with contextlib.suppress(NotFound):
-                await api.delete(path, what=what, grace_s=0)
+        await self._teardown.delete_pod(await self.api(), self.pod_name(instance_id))
 
     async def inspect(self, instance_id: str) -> BackendInstance:
         api, name = await self.api(), self.pod_name(instance_id)
@@ -242,26 +246,9 @@ class KubernetesBackend(Backend):
 
     # ------------------------------------------------------------------ namespace objects
 
-    async def _ensure_policies(self, api: KubeApi) -> None:
-        """This owner's NetworkPolicies, made once per process (an existing one is left as it is)."""
-        if self._policies_ready or not self.config.manage_network_policies:
-            return
-        cp_namespace = self.config.control_plane_namespace or environment.pod_namespace() or self.config.namespace
-        for policy in manifests.network_policies(self.config, control_plane_namespace=cp_namespace):
-            with contextlib.suppress(FailedPrecondition):  # 409: it exists
-                what = f"create NetworkPolicy {policy['metadata']['name']}"
-                await settled(api.create(policy_path(self.config.namespace), policy, what=what))
-        self._policies_ready = True
-
-    async def _ensure_volume(self, api: KubeApi, volume: str) -> None:
-        claim = manifests.volume_claim_manifest(self.config, volume)
-        path = core_path(self.config.namespace, "persistentvolumeclaims")
-        name = claim["metadata"]["name"]
-        try:
-            await api.get(f"{path}/{name}", what=f"read volume claim {name}")
-        except NotFound:
-            with contextlib.suppress(FailedPrecondition):  # made meanwhile by another start
-                await settled(api.create(path, claim, what=f"create volume claim {name}"))
+    async def _create_policy(self, api: KubeApi, policy: dict[str, Any]) -> None:
+        what = f"create NetworkPolicy {policy['metadata']['name']}"
+        await settled(api.create(policy_path(self.config.namespace), policy, what=what))
 
     # ------------------------------------------------------------------ claims
 

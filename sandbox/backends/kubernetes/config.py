@@ -121,8 +121,39 @@ class KubernetesConfig(BaseModel):
     )
     manage_network_policies: bool = Field(
         True,
-        description="Create this owner's NetworkPolicies in the namespace at first use (ingress only from the "
-        "control plane, egress denied unless a sandbox asked for it). Turn off where the chart manages them.",
+        description="Create one NetworkPolicy per tenant with internal sandboxes: its internal pods reach each other "
+        "and no other tenant's (netpolicy.py). The baseline policies (default deny, egress, the control plane's "
+        "ingress) are the chart's, not the backend's. Off: internal sandboxes reach nothing but the control plane "
+        "(under the chart's default deny) unless the cluster's admin allows more.",
+    )
+    internal_dns: bool = Field(
+        False,
+        description="Let internal sandboxes resolve names through the cluster DNS (dns_namespace, dns_pod_labels) in "
+        "their tenant's policy. Off: they reach their peers by IP only.",
+    )
+    dns_namespace: str = Field("kube-system", pattern=DNS_LABEL, description="Namespace of the cluster DNS pods.")
+    dns_pod_labels: dict[str, str] = Field(
+        default_factory=lambda: {"k8s-app": "kube-dns"}, description="Labels of the cluster DNS pods."
+    )
+    check_network_policies: bool = Field(
+        True,
+        description="At start, check once in the background whether the cluster's CNI enforces NetworkPolicies "
+        "(two short-lived probe pods; cni_check.py): the result is logged and kept in network_policy_check. Never "
+        "blocks the start. Off where no probe pod may run (the fake API server: its pods share one network).",
+    )
+    delete_grace_s: int = Field(
+        5,
+        ge=1,
+        le=300,
+        description="Grace period of a pod's delete (gracePeriodSeconds): the kubelet stops the container, then the "
+        "API server removes the pod. Never 0: a forced delete removes the object at once, and a pod on a node the "
+        "API cannot reach would run on, untracked.",
+    )
+    delete_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="How long a destroy waits, after the grace period, for the API server to say the pod is gone; "
+        "past it the pod is left terminating (listed, being deleted) and the destroy returns.",
     )
     android_kvm_resource: str | None = Field(
         "devices.kubevirt.io/kvm",

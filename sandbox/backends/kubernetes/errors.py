@@ -1,5 +1,5 @@
-"""The API server's answers, as the platform's exceptions: ONE table by status code (and the few answers told apart
-by the server's words), read by :func:`translate`.
+"""The API server's answers, as the platform's exceptions: ONE table by status code (and the 403s told apart by the
+server's words: ``FORBIDDEN``), read by :func:`translate`.
 
 Every call to the API server goes through :func:`translate` (via ``api.KubeApi``), so kubernetes_asyncio's and
 aiohttp's exceptions never leave the backend: each becomes a :mod:`sandbox.errors` class, raised ``from`` the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import aiohttp
@@ -35,8 +36,8 @@ STATUS_TABLE: dict[int, tuple[type[SandboxError], str]] = {
     ),
     403: (
         BackendError,
-        "RBAC: forbidden; the control plane's ServiceAccount needs this verb on this resource in the sandbox "
-        "namespace (see the chart's Role)",
+        "forbidden, in words that name neither RBAC, a quota, Pod Security nor a webhook (an authorizer or "
+        "admission plugin of the cluster's own?); if RBAC, see the chart's Role",
     ),
     404: (NotFound, "not found"),
     409: (FailedPrecondition, "conflict: it exists already, or it changed meanwhile"),
@@ -47,25 +48,82 @@ STATUS_TABLE: dict[int, tuple[type[SandboxError], str]] = {
 }
 """HTTP status -> (exception class, what it means). Any other 5xx is Unavailable; any other status a BackendError."""
 
-REFINED: tuple[tuple[int, str, type[SandboxError], str, str], ...] = (
-    (
-        403,
-        "exceeded quota",
-        CapacityExhausted,
-        "the sandbox namespace's ResourceQuota is used up (a ceiling the API server enforces; not RBAC)",
-        "end other sandboxes, raise the quota (the chart's sandboxes.resourceQuota.hard), or ask for fewer resources",
-    ),
-    (
-        403,
-        "failed quota",
-        BackendError,
-        "a ResourceQuota of the sandbox namespace refuses the object as it is (not RBAC)",
-        "the quota limits a resource the object does not state",
-    ),
+CHART_ROLE = "the chart's Role <release>-control-plane in the sandbox namespace (templates/sandbox-rbac.yaml)"
+
+_RBAC = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>\S+) resource "(?P<resource>[^"]+)"'
+    r'(?: in API group "(?P<group>[^"]*)")?(?: in the namespace "(?P<namespace>[^"]+)"| at the cluster scope)?'
 )
-"""(HTTP status, words in the API server's message, exception class, what it means, what to do), read before
-STATUS_TABLE: answers that share a status code but not a meaning (the ResourceQuota admission's 403 is no RBAC
-refusal)."""
+"""The RBAC authorizer's refusal (k8s.io/apiserver ``responsewriters.forbiddenMessage``), inside the API server's
+``<resource> "<name>" is forbidden: ...``."""
+_POD_SECURITY = re.compile(r'violates PodSecurity "(?P<policy>[^"]+)": (?P<violations>.*)')
+"""Pod Security admission's refusal (k8s.io/pod-security-admission), e.g. ``pods "x" is forbidden: violates
+PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "c" must set
+securityContext.allowPrivilegeEscalation=false), ...``."""
+_FIELD = re.compile(r"(?:spec\.|securityContext\.)[A-Za-z0-9_.\[\]*]+")
+_WEBHOOK = re.compile(r'admission webhook "(?P<hook>[^"]+)" denied the request')
+
+
+def _quota(detail: str, what: str) -> SandboxError | None:
+    if "exceeded quota" in detail:
+        return CapacityExhausted(
+            f"{what}: the sandbox namespace's ResourceQuota is used up (a ceiling the API server enforces; not RBAC): "
+            f"{detail}; end other sandboxes, raise the quota (the chart's sandboxes.resourceQuota.hard), or ask for "
+            "fewer resources"
+        )
+    if "failed quota" in detail:
+        return BackendError(
+            f"{what}: a ResourceQuota of the sandbox namespace refuses the object as it is (not RBAC): {detail}; the "
+            "quota limits a resource the object does not state"
+        )
+    return None
+
+
+def _pod_security(detail: str, what: str) -> SandboxError | None:
+    found = _POD_SECURITY.search(detail)
+    if found is None:
+        return None
+    fields = sorted(set(_FIELD.findall(found["violations"])))
+    named = f" (the fields: {', '.join(f.rstrip('.=') for f in fields)})" if fields else ""
+    return FailedPrecondition(
+        f"{what}: the sandbox namespace's Pod Security admission refuses the pod under policy "
+        f"{found['policy']!r}{named}, not RBAC: {detail}; the backend's pods meet 'restricted' as built, so a setting "
+        "added to them (runtime_class, android_kvm_group ...) or a stricter policy on the namespace "
+        "(its pod-security.kubernetes.io/enforce label) is the cause"
+    )
+
+
+def _rbac(detail: str, what: str) -> SandboxError | None:
+    found = _RBAC.search(detail)
+    if found is None:
+        return None
+    group = found["group"] or ("core" if found["group"] is not None else "?")
+    where = f" in the namespace {found['namespace']}" if found["namespace"] else ""
+    if "at the cluster scope" in detail:
+        where = " at the cluster scope"
+    return BackendError(
+        f"{what}: RBAC: the control plane's identity ({found['user']}) may not {found['verb']} {found['resource']} "
+        f"(API group {group}){where}; grant that verb on that resource in {CHART_ROLE}, or in your own Role bound "
+        f"to its ServiceAccount: {detail}"
+    )
+
+
+def _webhook(detail: str, what: str) -> SandboxError | None:
+    found = _WEBHOOK.search(detail)
+    if found is None:
+        return None
+    return FailedPrecondition(
+        f"{what}: the cluster's admission webhook {found['hook']!r} refuses it (a policy of the cluster, not RBAC): "
+        f"{detail}"
+    )
+
+
+FORBIDDEN = (_quota, _pod_security, _webhook, _rbac)
+"""The 403s told apart by the API server's words, in this order: a 403 is RBAC only when the RBAC authorizer's words
+say so. What each means: a ResourceQuota used up (CapacityExhausted) or refusing an object that does not state what
+it limits; Pod Security admission (FailedPrecondition naming the policy and the fields); a validating webhook
+(Gatekeeper, Kyverno: FailedPrecondition naming it); RBAC (BackendError naming the verb and resource and pointing at
+the chart's Role). Any other 403 is STATUS_TABLE's."""
 
 
 def status_message(body: Any) -> str:
@@ -78,7 +136,7 @@ def status_message(body: Any) -> str:
         except ValueError:
             return body.strip()[:500]
     if isinstance(body, dict):
-        return str(body.get("message") or body.get("reason") or "")[:500]
+        return str(body.get("message") or body.get("reason") or "")[:2000]
     return ""
 
 
@@ -88,9 +146,10 @@ def for_status(status: int, body: Any, what: str) -> SandboxError:
     if status >= 500 and status not in STATUS_TABLE:
         meaning = f"the API server failed (HTTP {status}); retry"
     detail = status_message(body)
-    for code, words, refined, says, advice in REFINED:
-        if code == status and words in detail:
-            return refined(f"{what}: {says}: {detail}; {advice}")
+    if status == 403:
+        for told in FORBIDDEN:
+            if (error := told(detail, what)) is not None:
+                return error
     return cls(f"{what}: {meaning}" + (f": {detail}" if detail else ""))
 
 

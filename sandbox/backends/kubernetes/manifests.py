@@ -8,7 +8,8 @@ the pod, so the cluster removes it with the pod). What the pod spec does and why
 
 - **Identity and clean-up**: labels ``sandbox.managed-by``, ``sandbox.owner``, ``sandbox.instance``, ``sandbox.kind``,
   ``sandbox.pool`` (warm instances; the pool key made a valid label value, the exact key in an annotation) and
-  ``sandbox.platform.io/network`` (the label the NetworkPolicies select on; the chart's policies use it too).
+  ``sandbox.platform.io/network`` and ``sandbox.tenant-hash`` (what the NetworkPolicies select on: the chart's
+  baseline ones on the network, the backend's per-tenant internal ones on both; netpolicy.py).
 - **Confinement**: non-root (``sandbox_uid``), no privilege escalation, every capability dropped, seccomp
   RuntimeDefault, no ServiceAccount token, no service links; optional RuntimeClass (gVisor, Kata), node selector,
   tolerations and priority class. The root file system stays writable: the apps write to it.
@@ -48,11 +49,13 @@ from sandbox.backends.base import (
     LABEL_MANAGED_BY,
     LABEL_OWNER,
     LABEL_POOL,
+    LABEL_TENANT_HASH,
     MANAGED_BY,
+    tenant_hash,
 )
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.errors import FailedPrecondition
-from sandbox.models import NetworkPolicy, SandboxSpec
+from sandbox.models import SandboxSpec
 from sandbox.protocol import LISTEN_ENV, TOKEN_FILE_ENV
 
 POD_PREFIX = "sbx-"
@@ -65,6 +68,14 @@ TOKEN_FILE = f"{SECRET_MOUNT}/{TOKEN_KEY}"
 AGENT_PORT_NAME = "agent"
 
 LABEL_NETWORK = "sandbox.platform.io/network"
+"""On every pod: the spec's network (none, internal, egress); the chart's NetworkPolicies select on it."""
+LABEL_TENANT = LABEL_TENANT_HASH
+"""On every pod and volume claim: the tenant's scope (``tenant_scope``), which the per-tenant internal NetworkPolicy
+selects on (netpolicy.py). The Docker backend's containers and networks carry the same label; the ``Sandbox``
+objects' ``sandbox.platform.io/tenant`` holds the tenant itself, a different value, hence a different key."""
+NO_TENANT = "none"
+"""The scope of an instance started for no tenant (a warm pod before its claim, a caller outside the service): not
+hexadecimal, so no tenant's hash can equal it."""
 LABEL_VOLUME = "sandbox.volume"
 ANNOTATION_CLAIM = "sandbox.claim"
 """The claim (JSON): which lease holds the instance; see ``Backend.set_claim``."""
@@ -112,7 +123,22 @@ def secret_name(pod: str) -> str:
     return f"{pod}{SECRET_SUFFIX}"
 
 
-def volume_claim_name(volume: str) -> str:
+def tenant_scope(tenant: str | None) -> str:
+    """The label value naming ``tenant`` on what is made for it: ``base.tenant_hash`` (12 hex digits), or
+    ``NO_TENANT``."""
+    return NO_TENANT if tenant is None else tenant_hash(tenant)
+
+
+def volume_claim_name(volume: str, tenant: str | None) -> str:
+    """The PVC of ``tenant``'s shared volume ``volume``: ``sbxvol-<tenant scope>-<volume>`` (a DNS label), so two
+    tenants' volumes of one name are two claims."""
+    prefix = f"{VOLUME_PREFIX}{tenant_scope(tenant)}-"
+    return prefix + dns_name(volume, max_len=63 - len(prefix))
+
+
+def unscoped_volume_claim_name(volume: str) -> str:
+    """The claim name of ``volume`` before volumes were scoped by tenant (``sbxvol-<volume>``): such a claim is
+    refused, with how to migrate it (volumes.py)."""
     return VOLUME_PREFIX + dns_name(volume, max_len=63 - len(VOLUME_PREFIX))
 
 
@@ -153,9 +179,11 @@ def pod_manifest(
     spec: SandboxSpec,
     image: str,
     pool: str | None = None,
+    tenant: str | None = None,
 ) -> dict[str, Any]:
     """The Pod of one instance. ``image``: what the container runs (for a spec restored from an archive, the kind's
-    image; ``spec.image`` then names the archive and is kept in an annotation)."""
+    image; ``spec.image`` then names the archive and is kept in an annotation). ``tenant``: whose it is (its label
+    scopes network ``internal`` and its volumes)."""
     name = pod_name(config.owner, instance_id)
     r, screen, uid = spec.resources, spec.screen, config.sandbox_uid
     labels = {
@@ -163,6 +191,7 @@ def pod_manifest(
         LABEL_INSTANCE: instance_id,
         LABEL_KIND: spec.kind.value,
         LABEL_NETWORK: spec.network.value,
+        LABEL_TENANT: tenant_scope(tenant),
         **({LABEL_POOL: label_value(pool)} if pool else {}),
     }
     annotations = {ANNOTATION_IMAGE: spec.image or image, ANNOTATION_SAFE_TO_EVICT: "true" if pool else "false"}
@@ -190,7 +219,7 @@ def pod_manifest(
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{r.shm_mb}Mi"}},
     ]
     for i, mount in enumerate(spec.volumes):
-        claim = {"claimName": volume_claim_name(mount.name), "readOnly": mount.read_only}
+        claim = {"claimName": volume_claim_name(mount.name, tenant), "readOnly": mount.read_only}
         volumes.append({"name": f"vol-{i}", "persistentVolumeClaim": claim})
         mounts.append({"name": f"vol-{i}", "mountPath": mount.path, "readOnly": mount.read_only})
     container = {
@@ -293,82 +322,19 @@ def controlled_by(pod: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any] 
     return {"metadata": {"ownerReferences": [*kept, reference], "annotations": {ANNOTATION_SAFE_TO_EVICT: "false"}}}
 
 
-def volume_claim_manifest(config: KubernetesConfig, volume: str) -> dict[str, Any]:
-    """The PVC behind a shared volume (kept until removed by hand: volumes outlive sandboxes, as on Docker)."""
+def volume_claim_manifest(config: KubernetesConfig, volume: str, tenant: str | None) -> dict[str, Any]:
+    """The PVC behind ``tenant``'s shared volume (kept until removed by hand: volumes outlive sandboxes, as on
+    Docker)."""
     spec: dict[str, Any] = {
         "accessModes": [config.volume_access_mode],
         "resources": {"requests": {"storage": config.volume_size}},
     }
     if config.storage_class:
         spec["storageClassName"] = config.storage_class
-    labels = {**owner_labels(config), LABEL_VOLUME: label_value(volume)}
+    labels = {**owner_labels(config), LABEL_VOLUME: label_value(volume), LABEL_TENANT: tenant_scope(tenant)}
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": volume_claim_name(volume), "namespace": config.namespace, "labels": labels},
+        "metadata": {"name": volume_claim_name(volume, tenant), "namespace": config.namespace, "labels": labels},
         "spec": spec,
     }
-
-
-PRIVATE_V4 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32")
-PRIVATE_V6 = ("fc00::/7", "fe80::/10")
-
-
-def network_policies(config: KubernetesConfig, *, control_plane_namespace: str) -> list[dict[str, Any]]:
-    """This owner's NetworkPolicies in the sandbox namespace (they add up; what none allows is denied):
-
-    - ``isolation``: every pod of this owner accepts connections only from the control plane's pods, on the agent
-      port, and may connect nowhere (egress denied, DNS included);
-    - ``egress``: pods of sandboxes created with network ``egress`` may reach the internet, except private ranges
-      and the cloud metadata address, and the cluster DNS;
-    - ``internal``: pods of sandboxes created with network ``internal`` reach each other, and nothing else.
-    """
-    owned = owner_labels(config)
-    control_plane = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": control_plane_namespace}},
-        "podSelector": {"matchLabels": dict(config.control_plane_labels)},
-    }
-    internal = {"podSelector": {"matchLabels": {**owned, LABEL_NETWORK: NetworkPolicy.INTERNAL.value}}}
-    dns = {
-        "to": [
-            {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-            }
-        ],
-        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-    }
-    internet = {
-        "to": [
-            {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_V4)}},
-            {"ipBlock": {"cidr": "::/0", "except": list(PRIVATE_V6)}},
-        ]
-    }
-    specs = {
-        "isolation": {
-            "podSelector": {"matchLabels": owned},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [control_plane], "ports": [{"protocol": "TCP", "port": config.agent_port}]}],
-            "egress": [],
-        },
-        "egress": {
-            "podSelector": {"matchLabels": {**owned, LABEL_NETWORK: NetworkPolicy.EGRESS.value}},
-            "policyTypes": ["Egress"],
-            "egress": [internet, dns],
-        },
-        "internal": {
-            "podSelector": internal["podSelector"],
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [internal]}],
-            "egress": [{"to": [internal]}],
-        },
-    }
-    return [
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {"name": f"sbx-{config.owner}-{what}", "namespace": config.namespace, "labels": owned},
-            "spec": spec,
-        }
-        for what, spec in specs.items()
-    ]

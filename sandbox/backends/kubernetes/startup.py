@@ -4,6 +4,10 @@
        │ within schedule_timeout_s                │ within the ready timeout, counted from the placement
        └─> CapacityExhausted                      └─> Unavailable (NotFound: its image cannot be pulled)
 
+Image pulls that fail (ErrImagePull, ImagePullBackOff) are not a failure at first sight: the kubelet retries them,
+so the create waits on to its ready deadline, logging each new pull message once, and only then fails (NotFound)
+with the last one (``RETRIED_PULLS``).
+
 On Kubernetes the scheduler decides where a pod fits; the control plane does not guess node capacity. While the
 scheduler cannot place a pod (condition PodScheduled False, reason Unschedulable: no node has room for its requests,
 or none matches its selector, tolerations or volumes), the create is waiting for capacity, not hung: each new word of
@@ -24,6 +28,11 @@ from typing import Any
 from sandbox.backends.kubernetes import status
 from sandbox.backends.kubernetes.api import KubeApi, core_path
 from sandbox.errors import CapacityExhausted, FailedPrecondition, NotFound, SandboxError, Unavailable
+
+RETRIED_PULLS = frozenset({"ErrImagePull", "ImagePullBackOff"})
+"""Pull failures the kubelet retries (with a back-off up to 5 min): a registry briefly down, a tag pushed a moment
+later, a rate limit. A create waits through them to its start deadline and then fails with the last pull message;
+InvalidImageName and ErrImageNeverPull never resolve and fail at once."""
 
 WHAT_TO_DO = (
     "To make room: end other sandboxes (or other pods on those nodes), add nodes (or let the cluster autoscaler do "
@@ -48,17 +57,23 @@ async def wait_running(
     place_by = loop.time() + schedule_timeout_s
     ready_by: float | None = None
     said: str | None = None
+    pull_failed: str | None = None
     while status.pod_ip(pod) is None:
-        failure = status.startup_failure(pod)
-        if failure is not None:
-            why, image_fault = failure
-            if image_fault:
-                raise NotFound(f"pod {name} cannot pull its image: {why}")
-            raise Unavailable(f"pod {name} cannot start: {why}")
         if ready_by is None and status.scheduled(pod):
             ready_by = loop.time() + ready_timeout_s
             if said is not None:
                 logger.info("pod %s placed on a node after waiting for capacity", name, extra={"instance": instance})
+        failure = status.startup_failure(pod)
+        if failure is not None:
+            why, image_fault = failure
+            if image_fault and waiting_reason(pod) in RETRIED_PULLS:
+                if why != pull_failed:  # the kubelet retries with a back-off: wait on, to the deadline
+                    logger.info("pod %s: %s (the kubelet retries)", name, why, extra={"instance": instance})
+                pull_failed = why
+            elif image_fault:
+                raise NotFound(f"pod {name} cannot pull its image: {why}")
+            else:
+                raise Unavailable(f"pod {name} cannot start: {why}")
         if ready_by is None and (word := status.unschedulable(pod)) is not None and word != said:
             logger.warning("waiting for capacity: %s", word, extra={"instance": instance})
             said = word
@@ -66,6 +81,11 @@ async def wait_running(
         if remaining <= 0:
             if ready_by is None:
                 raise await no_room(api, pod, namespace=namespace, timeout_s=schedule_timeout_s)
+            if pull_failed is not None and waiting_reason(pod) in RETRIED_PULLS:
+                raise NotFound(
+                    f"pod {name} cannot pull its image: still failing {ready_timeout_s:g} s after it was placed on a "
+                    f"node (the kubelet retried until the start deadline, ready_timeout_s): {pull_failed}"
+                )
             raise Unavailable(
                 f"pod {name} was not running within {ready_timeout_s:g} s of being placed on a node: "
                 f"{status.pending_reason(pod)}"
@@ -80,6 +100,13 @@ async def wait_running(
             await asyncio.sleep(0.2)
             pod = await api.get(core_path(namespace, "pods", name), what=f"read pod {name}")
     return pod, ready_by if ready_by is not None else loop.time() + ready_timeout_s
+
+
+def waiting_reason(pod: dict[str, Any]) -> str | None:
+    """Why the pod's container waits (ErrImagePull, ContainerCreating ...), or None."""
+    waiting = (status.container_status(pod).get("state") or {}).get("waiting") or {}
+    reason = waiting.get("reason")
+    return str(reason) if reason else None
 
 
 def _moved(before: dict[str, Any], after: dict[str, Any]) -> bool:

@@ -24,6 +24,7 @@ import docker
 import docker.errors
 
 from sandbox.backends.docker.teardown import TeardownLane
+from sandbox.testing.fake_kube import pulls
 from sandbox.testing.fake_kube.container_spec import Context, NotRunnable, container_args
 from sandbox.testing.fake_kube.objects import ApiError, ObjectStore, now_rfc3339
 
@@ -145,11 +146,10 @@ class Realizer:
 
     async def _realize(self, record: _Pod, pod: dict[str, Any], last: dict[str, Any] | None = None) -> None:
         image = pod["spec"]["containers"][0]["image"]
-        try:
-            attrs = await asyncio.to_thread(self.client.api.inspect_image, image)
-        except docker.errors.ImageNotFound:
-            message = f'Failed to pull image "{image}": not found (the fake kubelet pulls nothing)'
-            self._waiting(record, pod, "ErrImagePull", message)
+        report = partial(self._waiting, record, pod)
+        deleted, backoff = (lambda: record.deleted), self.restart_backoff_s
+        attrs = await pulls.pull(self.client, image, report, deleted=deleted, backoff_s=backoff)
+        if attrs is None:
             return
         while not record.deleted:
             try:
