@@ -35,6 +35,7 @@ def k8s_config(kube: FakeKube, **overrides: object) -> KubernetesConfig:
         "ready_timeout_s": 60,
         "snapshot_dir": os.path.join(kube.workdir, "snapshots"),
         "control_plane_namespace": "sandbox-system",
+        "check_network_policies": False,  # probe pods would show in every test; test_backend_cni_check runs it
         **overrides,
     }
     return KubernetesConfig.model_validate(fields)

@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 from sandbox.backends.base import LABEL_POOL, LABEL_USER_PREFIX, RuntimeState, tenant_hash
 from sandbox.backends.docker.config import DockerConfig
 from sandbox.backends.factory import BackendConfig, make_backend
-from sandbox.backends.kubernetes import manifests, netpolicy, status
+from sandbox.backends.kubernetes import cni_check, manifests, netpolicy, status
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.errors import STATUS_TABLE, for_status, translate
@@ -84,6 +84,8 @@ MANIFESTS = {
     "secret": manifests.secret_manifest(PLAIN, instance_id=INSTANCE, token="t0ken"),
     "volume claim": manifests.volume_claim_manifest(TUNED, "Data_Set.v1", TENANT),
     "internal network policy": netpolicy.internal_policy(PLAIN, TENANT),
+    "cni check policy": cni_check.probe_policy(PLAIN, "sbx-prod-cni-check-0a1b", control_plane_namespace="cp"),
+    "cni check probe pod": cni_check.probe_pod(PLAIN, "client", "0a1b"),
     "internal network policy with DNS": netpolicy.internal_policy(
         KubernetesConfig(owner="prod", internal_dns=True), None
     ),

@@ -47,6 +47,7 @@ from sandbox.backends.base import (
 from sandbox.backends.kubernetes import manifests, startup, status
 from sandbox.backends.kubernetes.api import KubeApi, core_path, policy_path
 from sandbox.backends.kubernetes.claims import claim_patch, read_claims
+from sandbox.backends.kubernetes.cni_check import CniCheck, PolicyCheck
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.manifests import ANNOTATION_IMAGE, ARCHIVE_PREFIX, TOKEN_KEY
 from sandbox.backends.kubernetes.netpolicy import TenantPolicies
@@ -73,6 +74,8 @@ class KubernetesBackend(Backend):
         self._connecting: asyncio.Lock | None = None
         self.policies = TenantPolicies(config)
         self._teardown = Teardown(config, logger=_log)
+        self.cni = CniCheck(config, self._probe_agent, logger=_log)
+        self._cni_task: asyncio.Task[Any] | None = None
         self._endpoints: dict[str, tuple[str, str]] = {}
         """Instance -> (pod IP, agent token): known for the pods this process created or reached once."""
         self._reported: dict[str, str] = {}
@@ -98,7 +101,17 @@ class KubernetesBackend(Backend):
             async with self._connecting:
                 if self._api is None:
                     self._api = await KubeApi.connect(self.config)
+                    if self.config.check_network_policies:  # in the background: never blocks the start
+                        self._cni_task = asyncio.create_task(self.cni.run(self._api))
         return self._api
+
+    @property
+    def network_policy_check(self) -> PolicyCheck:
+        """Whether the cluster enforces NetworkPolicies, as the start's self-check found (cni_check.py)."""
+        return self.cni.result
+
+    def _probe_agent(self, ip: str, token: str) -> AgentClient:
+        return AgentClient.tcp(ip, self.config.agent_port, token=token, label="network policy probe")
 
     async def host_facts(
         self, *, memory_mb: float | None = None, cpus: float | None = None, pids: int | None = None
@@ -308,6 +321,9 @@ class KubernetesBackend(Backend):
         return found
 
     async def close(self) -> None:
+        if self._cni_task is not None:
+            self._cni_task.cancel()  # its clean-up (pods, policy) runs to its end first
+            await asyncio.gather(self._cni_task, return_exceptions=True)
         await super().close()
         if self._api is not None:
             api, self._api = self._api, None
