@@ -276,7 +276,7 @@ def test_quota_403s_are_told_apart_from_rbac() -> None:
     assert type(unstated) is BackendError and "must specify limits.cpu" in unstated.message
     assert "RBAC: forbidden" not in unstated.message
     rbac = refused('pods is forbidden: User "x" cannot create resource "pods"')
-    assert type(rbac) is BackendError and rbac.message.startswith("create pod p: RBAC: ")
+    assert type(rbac) is BackendError and rbac.message.startswith("create pod p: RBAC: forbidden")
 
 
 # --------------------------------------------------------------------------------------------- the fake's words

@@ -102,9 +102,9 @@ def _rbac(detail: str, what: str) -> SandboxError | None:
     if "at the cluster scope" in detail:
         where = " at the cluster scope"
     return BackendError(
-        f"{what}: RBAC: the control plane's identity ({found['user']}) may not {found['verb']} {found['resource']} "
-        f"(API group {group}){where}; grant that verb on that resource in {CHART_ROLE}, or in your own Role bound "
-        f"to its ServiceAccount: {detail}"
+        f"{what}: RBAC: forbidden: the control plane's identity ({found['user']}) may not {found['verb']} "
+        f"{found['resource']} (API group {group}){where}; grant that verb on that resource in {CHART_ROLE}, or in "
+        f"your own Role bound to its ServiceAccount: {detail}"
     )
 
 

@@ -192,9 +192,12 @@ async def take_archive(agent: AgentClient, store: ArchiveStore, name: str, *, re
     tar = ["tar", "--create", "--gzip", f"--file={inside}", "--one-file-system", "--ignore-failed-read"]
     tar += ["--warning=no-file-changed", "--warning=no-file-removed", "--warning=no-file-ignored", "-C", "/"]
     # tar exit 1: a file changed while it was read (the sandbox keeps running); the digest checks the copy
-    script = 'tar "$@"; rc=$?; [ "$rc" -le 1 ] && sha256sum -- "$0"; exit $((rc > 1 ? rc : 0))'
+    # each archived path as it resolves: an image may make /home/sandbox a link (to /home/user), and tar would pack
+    # the link alone
+    resolve = "for p in " + " ".join(ARCHIVED) + '; do r=$(readlink -f "/$p") || r="/$p"; set -- "$@" "${r#/}"; done; '
+    script = resolve + 'tar "$@"; rc=$?; [ "$rc" -le 1 ] && sha256sum -- "$0"; exit $((rc > 1 ? rc : 0))'
     try:
-        result = await agent.exec(["sh", "-c", script, inside, *tar[1:], *ARCHIVED], timeout=TAR_TIMEOUT_S)
+        result = await agent.exec(["sh", "-c", script, inside, *tar[1:]], timeout=TAR_TIMEOUT_S)
         if result.exit_code != 0 or not result.stdout.strip():
             why = f"tar exit {result.exit_code}: {result.stderr[-500:]}"
             raise BackendError(f"packing the sandbox's files failed ({why})")
@@ -225,7 +228,17 @@ async def restore_archive(agent: AgentClient, store: ArchiveStore, name: str, *,
         async for chunk in store.chunks(name):
             await agent.write_file(inside, chunk, mode=0o600, append=not first)
             first = False
-        tar = ["tar", "--extract", "--gzip", f"--file={inside}", "-C", "/", "--no-same-owner"]
+        # --keep-directory-symlink: an archive of a directory restored where the image has a link to one
+        tar = [
+            "tar",
+            "--extract",
+            "--gzip",
+            f"--file={inside}",
+            "-C",
+            "/",
+            "--no-same-owner",
+            "--keep-directory-symlink",
+        ]
         result = await agent.exec(tar, timeout=TAR_TIMEOUT_S)
         if result.exit_code != 0:
             why = f"tar exit {result.exit_code}: {result.stderr[-500:]}"
