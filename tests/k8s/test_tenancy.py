@@ -18,7 +18,9 @@ import pytest
 import pytest_asyncio
 
 from sandbox.backends.base import RuntimeState, tenant_hash
+from sandbox.backends.kubernetes.api import KubeApi
 from sandbox.backends.kubernetes.backend import KubernetesBackend
+from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.manifests import LABEL_VOLUME, owner_labels
 from sandbox.errors import FailedPrecondition
 from sandbox.models import SandboxSpec
@@ -264,3 +266,40 @@ async def test_a_delete_is_graceful_and_returns_once_the_pod_is_gone(
     assert graces and set(graces) == {5}, graces  # delete_grace_s, never 0
     assert [p for p in await kube.pods() if p["metadata"]["labels"]["sandbox.instance"] == instance] == []
     print(f"graceful destroy of a realized pod: {took:.2f} s")
+
+
+async def test_an_earlier_versions_owner_wide_policies_that_open_things_are_removed_at_start(
+    sim: tuple[FakeKube, KubernetesBackend],
+) -> None:
+    """sbx-<owner>-internal let every tenant's internal pods reach each other; sbx-<owner>-egress added ranges beside
+    the chart's. A backend's first connection deletes both; the deny-only isolation policy is left."""
+    kube, _ = sim
+    owned = owner_labels(_config(kube))
+    api = await KubeApi.connect(_config(kube))  # as kubectl would: no backend yet
+    path = f"/apis/networking.k8s.io/v1/namespaces/{NAMESPACE}/networkpolicies"
+    for what in ("internal", "egress", "isolation"):
+        policy = {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": f"sbx-{K8S_OWNER}-{what}", "namespace": NAMESPACE, "labels": owned},
+            "spec": {"podSelector": {"matchLabels": owned}, "policyTypes": ["Ingress"]},
+        }
+        await api.create(path, policy, what="an earlier version's policy")
+    await api.close()
+    upgraded = KubernetesBackend(_config(kube))
+    try:
+        await upgraded.ping()
+        await eventually(lambda: _legacy_left(kube, [f"sbx-{K8S_OWNER}-isolation"]), 10, "the removal")
+    finally:
+        await upgraded.close()
+        assert kube.store is not None
+        await kube.call(kube.store.delete, "networkpolicies", NAMESPACE, f"sbx-{K8S_OWNER}-isolation")
+
+
+def _config(kube: FakeKube) -> KubernetesConfig:
+    return k8s_config(kube, agent_port=kube.agent_port)
+
+
+async def _legacy_left(kube: FakeKube, expected: list[str]) -> bool:
+    names = [p["metadata"]["name"] for p in await _objects(kube, "networkpolicies")]
+    return sorted(n for n in names if n.startswith(f"sbx-{K8S_OWNER}-") and "-internal-" not in n) == expected

@@ -50,7 +50,7 @@ from sandbox.backends.kubernetes.claims import claim_patch, read_claims
 from sandbox.backends.kubernetes.cni_check import CniCheck, PolicyCheck
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.manifests import ANNOTATION_IMAGE, ARCHIVE_PREFIX, TOKEN_KEY
-from sandbox.backends.kubernetes.netpolicy import TenantPolicies
+from sandbox.backends.kubernetes.netpolicy import TenantPolicies, remove_legacy
 from sandbox.backends.kubernetes.snapshots import ArchiveStore, restore_archive, take_archive
 from sandbox.backends.kubernetes.teardown import Teardown
 from sandbox.backends.kubernetes.volumes import ensure_volume
@@ -75,7 +75,8 @@ class KubernetesBackend(Backend):
         self.policies = TenantPolicies(config)
         self._teardown = Teardown(config, logger=_log)
         self.cni = CniCheck(config, self._probe_agent, logger=_log)
-        self._cni_task: asyncio.Task[Any] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        """What the first connection starts: the CNI self-check, the removal of an earlier version's policies."""
         self._endpoints: dict[str, tuple[str, str]] = {}
         """Instance -> (pod IP, agent token): known for the pods this process created or reached once."""
         self._reported: dict[str, str] = {}
@@ -101,9 +102,20 @@ class KubernetesBackend(Backend):
             async with self._connecting:
                 if self._api is None:
                     self._api = await KubeApi.connect(self.config)
-                    if self.config.check_network_policies:  # in the background: never blocks the start
-                        self._cni_task = asyncio.create_task(self.cni.run(self._api))
+                    self._after_connect(self._api)
         return self._api
+
+    def _after_connect(self, api: KubeApi) -> None:
+        """In the background (never holding up the start): the CNI self-check, and the owner-wide NetworkPolicies
+        of an earlier version removed (netpolicy.LEGACY)."""
+        if self.config.check_network_policies:
+            self._background.add(asyncio.create_task(self.cni.run(api)))
+        if self.config.manage_network_policies:
+            delete = partial(self._delete_policy, api)
+            self._background.add(asyncio.create_task(remove_legacy(self.config, delete, _log)))
+
+    async def _delete_policy(self, api: KubeApi, name: str) -> None:
+        await api.delete(policy_path(self.config.namespace, name), what=f"delete NetworkPolicy {name}")
 
     @property
     def network_policy_check(self) -> PolicyCheck:
@@ -321,9 +333,9 @@ class KubernetesBackend(Backend):
         return found
 
     async def close(self) -> None:
-        if self._cni_task is not None:
-            self._cni_task.cancel()  # its clean-up (pods, policy) runs to its end first
-            await asyncio.gather(self._cni_task, return_exceptions=True)
+        for task in self._background:
+            task.cancel()  # the CNI check's clean-up (pods, policy) runs to its end first
+        await asyncio.gather(*self._background, return_exceptions=True)
         await super().close()
         if self._api is not None:
             api, self._api = self._api, None

@@ -20,18 +20,22 @@ selects no pod then (the CNI programs nothing for it), and removing it would rac
 the same tenant that already counts it as made (its new pod would then start without its policy: cut off from its
 peers, as the chart's default deny leaves it). ``kubectl delete networkpolicy -l sandbox.tenant-hash=<scope>`` removes
 one by hand; each replica makes it again at its next start for that tenant's next internal pod.
+
+**Upgrades.** The owner-wide ``sbx-<owner>-internal`` and ``sbx-<owner>-egress`` of earlier versions would keep
+opening what the chart and these policies now decide; the first connection removes them (``remove_legacy``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.manifests import LABEL_NETWORK, LABEL_TENANT, owner_labels, tenant_scope
-from sandbox.errors import FailedPrecondition
+from sandbox.errors import FailedPrecondition, NotFound, SandboxError
 from sandbox.models import NetworkPolicy
 
 Create = Callable[[dict[str, Any]], Awaitable[object]]
@@ -119,3 +123,29 @@ class TenantPolicies:
             done.exception()  # retrieved: no "never retrieved" warning when nobody waits any more
         finally:
             self._inflight.pop(scope, None)
+
+
+LEGACY = ("internal", "egress")
+"""The owner-wide policies earlier versions made, ``sbx-<owner>-<what>``, that open what the chart and the per-tenant
+policies now decide: ``internal`` let every internal pod of the owner reach every other, whatever its tenant;
+``egress`` added its own ranges beside the chart's ``deniedCIDRs``. Removed at start. The third, ``isolation``, only
+denied (ingress from the control plane alone, no egress): it is left, harmless beside the chart's default deny, and
+an operator deletes it once that baseline is installed."""
+
+
+async def remove_legacy(
+    config: KubernetesConfig, delete: Callable[[str], Awaitable[object]], logger: logging.Logger
+) -> None:
+    """Delete the owner-wide policies of earlier versions (``LEGACY``) that exist; errors are logged, not raised."""
+    for what in LEGACY:
+        name = f"sbx-{config.owner}-{what}"
+        try:
+            await delete(name)
+        except NotFound:
+            continue
+        except SandboxError as e:
+            logger.warning("the owner-wide NetworkPolicy %s of an earlier version could not be removed: %s", name, e)
+            continue
+        logger.info(
+            "removed the owner-wide NetworkPolicy %s of an earlier version (now per tenant, or the chart's)", name
+        )
