@@ -28,13 +28,13 @@ import asyncio
 import contextlib
 import enum
 import logging
-import os
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox import environment
 from sandbox.aio import settled
 from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.base import LABEL_INSTANCE
@@ -131,7 +131,7 @@ class CniCheck:
 
     async def _check(self, api: KubeApi) -> tuple[Enforcement, str]:
         config, run = self._config, secrets.token_hex(4)
-        cp_namespace = config.control_plane_namespace or os.environ.get("POD_NAMESPACE") or config.namespace
+        cp_namespace = config.control_plane_namespace or environment.pod_namespace() or config.namespace
         policy = probe_policy(config, f"sbx-{config.owner}-cni-check-{run}", control_plane_namespace=cp_namespace)
         policy_name = policy["metadata"]["name"]
         pods = [probe_pod(config, role, run) for role in ("listener", "client")]
