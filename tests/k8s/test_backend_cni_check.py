@@ -2,7 +2,7 @@
 server: realized, the fake's pods share one Docker network and nothing enforces the probe's policy, so the check must
 find "not enforced" (a real run of the probe: two pods, their agents over TCP, a connection from one to the other);
 simulated, nothing runs in a pod, so it must say "unknown" and why. Either way the start is not held up, the probe
-pods never show as instances, and the pods, secrets and policy are gone afterwards."""
+pods never show as instances, and the pods and secrets are gone afterwards."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import logging
 import pytest
 
 from sandbox.backends.kubernetes.backend import KubernetesBackend
-from sandbox.backends.kubernetes.cni_check import LABEL_PROBE, Enforcement, probe_policy
+from sandbox.backends.kubernetes.cni_check import LABEL_PROBE, Enforcement, probe_pod
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.testing.fake_kube import FakeKube
 from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, docker_engine, k8s_config, kube
@@ -48,10 +48,10 @@ async def test_a_cluster_that_does_not_enforce_policies_is_reported(
         await eventually(lambda: _checked(backend), 90, "the self-check's result")
         result = backend.network_policy_check
         assert result.state is Enforcement.NOT_ENFORCED, result.detail
-        assert "does not enforce NetworkPolicies" in result.detail and result.checked_at is not None
+        assert "sandboxes are NOT isolated" in result.detail and result.checked_at is not None
         errors = [r for r in caplog.records if r.levelno == logging.ERROR]
         assert any("NetworkPolicy enforcement: not_enforced" in r.getMessage() for r in errors)
-        await eventually(lambda: _nothing_left(kube), 30, "the probe's pods, secrets and policy removed")
+        await eventually(lambda: _nothing_left(kube), 30, "the probe's pods and secrets removed")
     finally:
         await backend.close()
     assert await _left(kube) == []
@@ -76,17 +76,9 @@ async def test_a_check_that_cannot_run_says_unknown_and_why() -> None:
         await asyncio.to_thread(kube.close)
 
 
-def test_the_check_is_off_when_configured_and_its_policy_denies_all_but_the_control_plane() -> None:
+def test_the_check_is_off_when_configured_and_probes_look_like_sandboxes_of_network_none() -> None:
     off = KubernetesBackend(KubernetesConfig(check_network_policies=False))
     assert off.network_policy_check.state is Enforcement.OFF
-    policy = probe_policy(KubernetesConfig(owner="prod"), "sbx-prod-cni-check-x", control_plane_namespace="cp")
-    spec = policy["spec"]
-    assert spec["podSelector"]["matchLabels"][LABEL_PROBE] == "cni"
-    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["egress"] == []
-    (rule,) = spec["ingress"]
-    assert rule["from"] == [
-        {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "cp"}},
-            "podSelector": {"matchLabels": {"app.kubernetes.io/component": "control-plane"}},
-        }
-    ]
+    labels = probe_pod(KubernetesConfig(owner="prod"), "client", "0a1b")["metadata"]["labels"]
+    assert labels["sandbox.platform.io/network"] == "none" and labels[LABEL_PROBE] == "cni"
+    assert labels["sandbox.owner"] == "prod" and "sandbox.instance" not in labels

@@ -84,7 +84,6 @@ MANIFESTS = {
     "secret": manifests.secret_manifest(PLAIN, instance_id=INSTANCE, token="t0ken"),
     "volume claim": manifests.volume_claim_manifest(TUNED, "Data_Set.v1", TENANT),
     "internal network policy": netpolicy.internal_policy(PLAIN, TENANT),
-    "cni check policy": cni_check.probe_policy(PLAIN, "sbx-prod-cni-check-0a1b", control_plane_namespace="cp"),
     "cni check probe pod": cni_check.probe_pod(PLAIN, "client", "0a1b"),
     "internal network policy with DNS": netpolicy.internal_policy(
         KubernetesConfig(owner="prod", internal_dns=True), None

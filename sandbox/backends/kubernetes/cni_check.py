@@ -1,25 +1,27 @@
-"""Does the cluster enforce NetworkPolicies? A self-check at start, run once in the background.
+"""Are sandboxes isolated by NetworkPolicies? A self-check at start, run once in the background.
 
 NetworkPolicies are only objects: the CNI plugin enforces them, and some do not (kubenet, Flannel alone, some
 managed clusters' defaults). On such a cluster every sandbox reaches every other and the internet whatever its
 network, and nothing else says so. So at its first connection the backend checks (``check_network_policies``):
 
-1. a NetworkPolicy of its own, ``sbx-<owner>-cni-check``, selects the probe pods (label
-   ``sandbox.platform.io/probe=cni``): ingress from the control plane only, no egress at all. The check owns its
-   policy, so it does not depend on the chart's baseline being installed;
-2. two probe pods of the terminal image start (a listener and a client; their agents, as every sandbox's, serve
-   only peers presenting the pod's own token);
-3. the control plane reaches both agents (the policy lets it in): the listener listens;
-4. through its agent, the client tries a TCP connection to the listener's agent port (``bash``'s ``/dev/tcp``, 3 s):
-   the policy denies the client's egress and the listener's ingress. Refused or timed out: **enforced**. Connected
-   three times over 4 s (a CNI may program a new pod's rules a moment late): **not enforced**;
-5. the pods and the policy are deleted.
+1. two probe pods start, labelled as sandboxes of network ``none`` are (``sandbox.platform.io/network=none``, this
+   owner's labels) plus ``sandbox.platform.io/probe=cni``: a listener and a client, of the terminal image, whose
+   agents serve only peers presenting the pod's own token. The sandbox namespace's baseline policies (the chart's
+   ``sandboxes.networkPolicy``: a default deny, ingress from the control plane) apply to them as to any sandbox;
+2. the control plane reaches both agents (the baseline lets it in): the listener listens;
+3. through its agent, the client tries a TCP connection to the listener's agent port (``bash``'s ``/dev/tcp``, 3 s),
+   which the baseline denies twice over (the client's egress, the listener's ingress). Refused or timed out:
+   **enforced**. Connected three times over 4 s (a CNI may program a new pod's rules a moment late): **not
+   enforced**, which means the CNI enforces no NetworkPolicy or the namespace has no default deny: either way a
+   sandbox of network ``none`` is not isolated;
+4. the pods (and their Secrets) are deleted.
 
-The result (``PolicyCheck``: enforced, not_enforced, unknown with why, or off) goes to the control plane's log (an
-ERROR when not enforced) and stays on the backend (``KubernetesBackend.network_policy_check``). It never blocks the
-start; an error (no RBAC for networkpolicies, no image, a control plane outside the cluster that the policy keeps
-out) makes it ``unknown``, saying why. The probe pods carry the owner's labels but no ``sandbox.instance``: the
-service never sees them as instances.
+Probing pods labelled exactly as sandboxes checks what matters, the isolation sandboxes get, and needs no right
+beyond those on pods and secrets (no policy of its own to make and remove). The result (``PolicyCheck``: enforced,
+not_enforced, unknown with why, or off) goes to the control plane's log (an ERROR when not enforced) and stays on the
+backend (``KubernetesBackend.network_policy_check``). It never blocks the start; an error (no image, no room, a
+control plane outside the cluster that the baseline keeps out) makes it ``unknown``, saying why. The probe pods carry
+no ``sandbox.instance``: the service never sees them as instances.
 """
 
 from __future__ import annotations
@@ -34,15 +36,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox import environment
 from sandbox.aio import settled
 from sandbox.backends.agent_client import AgentClient
 from sandbox.backends.base import LABEL_INSTANCE
 from sandbox.backends.kubernetes import manifests, startup, status
-from sandbox.backends.kubernetes.api import KubeApi, core_path, policy_path
+from sandbox.backends.kubernetes.api import KubeApi, core_path
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.teardown import Teardown
-from sandbox.errors import NotFound, SandboxError, Unavailable
+from sandbox.errors import SandboxError, Unavailable
 from sandbox.models import SandboxSpec
 
 LABEL_PROBE = "sandbox.platform.io/probe"
@@ -70,25 +71,6 @@ class PolicyCheck:
 
 Connect = Callable[[str, str], AgentClient]
 """An agent client for (pod IP, token)."""
-
-
-def probe_policy(config: KubernetesConfig, name: str, *, control_plane_namespace: str) -> dict[str, Any]:
-    """The probe pods' policy: in from the control plane's pods only, out to nothing."""
-    control_plane = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": control_plane_namespace}},
-        "podSelector": {"matchLabels": dict(config.control_plane_labels)},
-    }
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": config.namespace, "labels": manifests.owner_labels(config)},
-        "spec": {
-            "podSelector": {"matchLabels": {**manifests.owner_labels(config), LABEL_PROBE: "cni"}},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [control_plane]}],
-            "egress": [],
-        },
-    }
 
 
 def probe_pod(config: KubernetesConfig, role: str, run: str) -> dict[str, Any]:
@@ -131,12 +113,8 @@ class CniCheck:
 
     async def _check(self, api: KubeApi) -> tuple[Enforcement, str]:
         config, run = self._config, secrets.token_hex(4)
-        cp_namespace = config.control_plane_namespace or environment.pod_namespace() or config.namespace
-        policy = probe_policy(config, f"sbx-{config.owner}-cni-check-{run}", control_plane_namespace=cp_namespace)
-        policy_name = policy["metadata"]["name"]
         pods = [probe_pod(config, role, run) for role in ("listener", "client")]
         try:
-            await settled(api.create(policy_path(config.namespace), policy, what=f"create NetworkPolicy {policy_name}"))
             started = await asyncio.gather(*(self._start(api, pod) for pod in pods), return_exceptions=True)
             failed = [e for e in started if isinstance(e, BaseException)]
             if failed:
@@ -145,7 +123,7 @@ class CniCheck:
             listener, client = (s for s in started if not isinstance(s, BaseException))
             return await self._probe(listener, client)
         finally:
-            await asyncio.shield(self._clean_up(api, [p["metadata"]["name"] for p in pods], policy_name))
+            await asyncio.shield(self._clean_up(api, [p["metadata"]["name"] for p in pods]))
 
     async def _start(self, api: KubeApi, pod: dict[str, Any]) -> tuple[str, AgentClient]:
         """The probe pod running, its agent answering: (its IP, its agent)."""
@@ -172,9 +150,8 @@ class CniCheck:
         except SandboxError as e:
             await agent.close()
             raise Unavailable(
-                f"the control plane cannot reach probe pod {name}'s agent ({e.message}): the probe policy lets in only "
-                "the control plane's pods (control_plane_labels, control_plane_namespace); is it running outside "
-                "the cluster?"
+                f"the control plane cannot reach probe pod {name}'s agent ({e.message}): the sandbox namespace's "
+                "baseline lets in only the control plane's pods; is it running outside the cluster?"
             ) from e
         return ip, agent
 
@@ -194,21 +171,19 @@ class CniCheck:
                     how = "timed out" if code == "124" else f"refused (exit {code})"
                     return (
                         Enforcement.ENFORCED,
-                        f"a probe pod a NetworkPolicy denies could not connect to another ({how}): the CNI enforces "
-                        "NetworkPolicies",
+                        f"a probe pod labelled as a sandbox of network none could not connect to another ({how}): "
+                        "the CNI enforces the sandbox namespace's NetworkPolicies",
                     )
         finally:
             await asyncio.gather(listening.close(), connecting.close(), return_exceptions=True)
         return (
             Enforcement.NOT_ENFORCED,
-            f"a probe pod a NetworkPolicy denies connected to another, {CONNECT_TRIES} times over "
-            f"{(CONNECT_TRIES - 1) * CONNECT_SPACING_S:g} s: the cluster's CNI does not enforce NetworkPolicies, so "
-            "sandboxes are NOT isolated (network none, internal and egress's denied ranges are not applied); use a "
-            "CNI that enforces them (Calico, Cilium, Antrea, or the cloud's network policy option)",
+            f"a probe pod labelled as a sandbox of network none connected to another, {CONNECT_TRIES} times over "
+            f"{(CONNECT_TRIES - 1) * CONNECT_SPACING_S:g} s: sandboxes are NOT isolated. Either the cluster's CNI does "
+            "not enforce NetworkPolicies (use one that does: Calico, Cilium, Antrea, or the cloud's network policy "
+            "option) or the sandbox namespace has no default deny (the chart's sandboxes.networkPolicy.enabled)",
         )
 
-    async def _clean_up(self, api: KubeApi, pods: list[str], policy: str) -> None:
+    async def _clean_up(self, api: KubeApi, pods: list[str]) -> None:
         with contextlib.suppress(SandboxError):
             await asyncio.gather(*(self._teardown.delete_pod(api, name) for name in pods))
-        with contextlib.suppress(NotFound, SandboxError):
-            await api.delete(policy_path(self._config.namespace, policy), what=f"delete NetworkPolicy {policy}")
