@@ -112,12 +112,14 @@ class KubernetesConfig(BaseModel):
     sandbox_uid: int = Field(1000, ge=1, description="User and group the images run as (runAsUser, fsGroup).")
     control_plane_labels: dict[str, str] = Field(
         default_factory=lambda: {"app.kubernetes.io/component": "control-plane"},
-        description="Labels of the control plane's pods: the only peers a sandbox accepts connections from.",
+        description="Labels of the control plane's pods. Unused since the baseline NetworkPolicies (which admit the "
+        "control plane) are the chart's; accepted so that existing server.json files stay valid.",
     )
     control_plane_namespace: str | None = Field(
         None,
         pattern=DNS_LABEL,
-        description="Namespace of the control plane's pods; None: $POD_NAMESPACE, else the sandbox namespace.",
+        description="Namespace of the control plane's pods. Unused since the baseline NetworkPolicies are the "
+        "chart's; accepted so that existing server.json files stay valid.",
     )
     manage_network_policies: bool = Field(
         True,
