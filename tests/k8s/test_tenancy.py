@@ -22,7 +22,7 @@ from sandbox.backends.kubernetes.api import KubeApi
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.manifests import LABEL_VOLUME, owner_labels
-from sandbox.errors import FailedPrecondition
+from sandbox.errors import BackendError, FailedPrecondition
 from sandbox.models import SandboxSpec
 from sandbox.testing.fake_kube import FakeKube
 from sandbox.testing.fake_kube.objects import Event
@@ -303,3 +303,26 @@ def _config(kube: FakeKube) -> KubernetesConfig:
 async def _legacy_left(kube: FakeKube, expected: list[str]) -> bool:
     names = [p["metadata"]["name"] for p in await _objects(kube, "networkpolicies")]
     return sorted(n for n in names if n.startswith(f"sbx-{K8S_OWNER}-") and "-internal-" not in n) == expected
+
+
+async def test_a_refused_policy_fails_the_internal_create_by_name_and_the_next_create_tries_again(
+    sim: tuple[FakeKube, KubernetesBackend],
+) -> None:
+    """RBAC without create on networkpolicies: the internal create fails naming the verb and the resource, leaves no
+    pod, and is not remembered as made; once allowed, the tenant's next internal create makes the policy."""
+    kube, backend = sim
+    tenant, first, second = "tenant-c", _id(), _id()
+    before = backend.policies.posts
+    kube.forbid("create", "networkpolicies")
+    try:
+        with pytest.raises(BackendError, match=r"RBAC: forbidden: .* may not create networkpolicies \(API group "):
+            await backend.create(first, INTERNAL, tenant=tenant)
+        assert not backend.policies.made(tenant)
+        assert first not in {p["metadata"]["labels"]["sandbox.instance"] for p in await kube.pods()}
+    finally:
+        kube.allow("create", "networkpolicies")
+    try:
+        await backend.create(second, INTERNAL, tenant=tenant)
+        assert backend.policies.made(tenant) and backend.policies.posts == before + 2
+    finally:
+        await backend.destroy(second)
