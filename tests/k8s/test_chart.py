@@ -219,7 +219,7 @@ def test_rbac_is_namespaced_and_least_privilege(render: str) -> None:
         ("", "secrets"): {"get", "create", "patch", "delete"},
         ("", "persistentvolumeclaims"): {"get", "create"},
         ("", "events"): {"list"},
-        ("networking.k8s.io", "networkpolicies"): {"create"},
+        ("networking.k8s.io", "networkpolicies"): {"create", "delete"},
         ("coordination.k8s.io", "leases"): {"get", "create", "update"},
         ("sandbox.platform.io", "sandboxes"): {"list", "watch", "create", "patch", "delete"},
         ("sandbox.platform.io", "sandboxes/status"): {"patch"},
