@@ -128,6 +128,7 @@ async def _mirrored_fleet(kube: FakeKube, count: int) -> list[str]:
         made = [(await service.create(ALICE, SandboxSpec(kind="terminal"))).id for _ in range(count)]
         for name in made:
             await eventually(lambda n=name: _finalized(kube, n), 15, f"{name} mirrored with the finalizer")  # type: ignore[misc]
+            await eventually(lambda n=name: _owned_pod(kube, n), 15, f"{name}'s pod owned by its Sandbox")  # type: ignore[misc]
         return made
     finally:
         for task in loops:
@@ -150,6 +151,16 @@ async def _get(kube: FakeKube, resource: str, name: str) -> dict[str, Any] | Non
 async def _finalized(kube: FakeKube, name: str) -> bool:
     obj = await _get(kube, res.SANDBOXES, name)
     return bool(obj and res.FINALIZER in (obj["metadata"].get("finalizers") or []))
+
+
+async def _owned_pod(kube: FakeKube, name: str) -> dict[str, Any] | None:
+    """The pod whose controller is the Sandbox ``name`` (the operator's ownerReference), if there is one yet."""
+    for pod in await _list(kube, "pods", f"sandbox.owner={K8S_OWNER}"):
+        if any(
+            r.get("kind") == "Sandbox" and r.get("name") == name for r in pod["metadata"].get("ownerReferences") or []
+        ):
+            return pod
+    return None
 
 
 async def _list(kube: FakeKube, resource: str, labels: str = "") -> list[dict[str, Any]]:
@@ -176,6 +187,18 @@ async def test_uninstall_releases_every_sandbox_so_nothing_hangs_terminating(kub
     await kube.call(kube.store.delete, res.SANDBOXES, NAMESPACE, made[0])
     held = await _get(kube, res.SANDBOXES, made[0])
     assert held is not None and held["metadata"]["deletionTimestamp"]
+    # a pod the operator had not made its Sandbox's dependent yet when the control plane went (its patch comes a pass
+    # after the mirror): deleting the Sandbox does not take it, the hook deletes it; the others go with their Sandbox
+    unowned = await _owned_pod(kube, made[2])
+    assert unowned is not None
+    await kube.call(
+        kube.store.patch,
+        "pods",
+        NAMESPACE,
+        unowned["metadata"]["name"],
+        {"metadata": {"ownerReferences": None}},
+        strategic=False,
+    )
     # another release's object in the same namespace, with the same finalizer: not ours to release
     other = {
         "apiVersion": res.API_VERSION,
@@ -195,8 +218,9 @@ async def test_uninstall_releases_every_sandbox_so_nothing_hangs_terminating(kub
         subprocess.run, [sys.executable, *_hook_args(kube)], capture_output=True, text=True, timeout=60, env=env
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # the Terminating object goes as its finalizer does; the secrets go with their pods (ownerReference)
-    assert "finalizers removed=3, Sandbox objects deleted=2, pods deleted=3" in proc.stderr, proc.stderr
+    # the Terminating object goes as its finalizer does; the pods the Sandboxes own go with them, the secrets with
+    # their pods (ownerReferences); the one unowned pod is the hook's to delete
+    assert "finalizers removed=3, Sandbox objects deleted=2, pods deleted=1" in proc.stderr, proc.stderr
 
     ours = await _list(kube, res.SANDBOXES, selector)
     assert ours == [], [o["metadata"] for o in ours]
