@@ -1,0 +1,1 @@
+"""Adapters for the harnesses people already run (OSWorld, SWE-ReX)."""
