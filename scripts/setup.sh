@@ -156,4 +156,5 @@ ensure_live_restore
 setup_venv
 link_cli
 generate_stubs
+bash "$ROOT/scripts/venv_swerex.sh" # .venv-swerex: swe-rex 1.4.0 for tests/compat (docs/compat.md)
 build_images

@@ -44,6 +44,7 @@ from sandbox.compat.swerex import SandboxDeployment
 NAME = f"swerex-side-{secrets.token_hex(4)}"
 WORK = f"/tmp/{NAME}"
 OUTSIDE = f"/var/tmp/{NAME}"
+STARTUP_S = 10.0
 
 
 @dataclass
@@ -59,12 +60,25 @@ class Step:
     ``type``: only what was returned or raised."""
 
 
+def create(session: str) -> Callable[[AbstractRuntime, Path], Awaitable[Any]]:
+    # SWE-ReX's default startup_timeout is 1 s, which a busy machine misses now and then (either runtime).
+    return lambda rt, _: rt.create_session(CreateBashSessionRequest(session=session, startup_timeout=STARTUP_S))
+
+
 def bash(command: str, **kwargs: Any) -> Callable[[AbstractRuntime, Path], Awaitable[Any]]:
     return lambda rt, _: rt.run_in_session(BashAction(command=command, **kwargs))
 
 
 def execute(command: str | list[str], **kwargs: Any) -> Callable[[AbstractRuntime, Path], Awaitable[Any]]:
     return lambda rt, _: rt.execute(Command(command=command, **kwargs))
+
+
+def read(path: str, **kwargs: Any) -> Callable[[AbstractRuntime, Path], Awaitable[Any]]:
+    return lambda rt, _: rt.read_file(ReadFileRequest(path=path, **kwargs))
+
+
+def write(path: str, content: str) -> Callable[[AbstractRuntime, Path], Awaitable[Any]]:
+    return lambda rt, _: rt.write_file(WriteFileRequest(path=path, content=content))
 
 
 def upload(source: str, target: str) -> Callable[[AbstractRuntime, Path], Awaitable[Any]]:
@@ -96,8 +110,8 @@ TREE_DIGEST = (
 def steps() -> list[Step]:
     long_line = "python3 -c \"print('a' * 200000)\""
     return [
-        Step("create default session", lambda rt, _: rt.create_session(CreateBashSessionRequest()), "type"),
-        Step("create it again", lambda rt, _: rt.create_session(CreateBashSessionRequest())),
+        Step("create default session", create("default"), "type"),
+        Step("create it again", create("default")),
         Step("cd to the work folder", bash(f"mkdir -p {WORK} && cd {WORK} && pwd")),
         Step("stdout and stderr", bash("echo hello; echo oops >&2")),
         Step("several lines", bash("x=41; echo $((x + 1))\necho second\n\necho third")),
@@ -130,7 +144,7 @@ def steps() -> list[Step]:
         Step("back in bash", bash("echo back in bash")),
         Step("a session that does not exist", bash("echo hi", session="nope")),
         Step("close one that does not exist", lambda rt, _: rt.close_session(CloseBashSessionRequest(session="nope"))),
-        Step("second session", lambda rt, _: rt.create_session(CreateBashSessionRequest(session="two")), "type"),
+        Step("second session", create("two"), "type"),
         Step("...has its own cwd", bash(f"cd {WORK}/sub && pwd; echo ${{FOO:-unset}}", session="two")),
         Step("close it", lambda rt, _: rt.close_session(CloseBashSessionRequest(session="two"))),
         Step("run in the closed one", bash("echo hi", session="two")),
@@ -144,8 +158,7 @@ def steps() -> list[Step]:
         Step("execute a missing program", execute(["no-such-program-33"])),
         Step("execute a string without shell", execute("echo hi")),
         Step("execute in a missing cwd", execute(["pwd"], cwd=f"{WORK}/nowhere")),
-        Step("write a file (new folders)", lambda rt, _: rt.write_file(WriteFileRequest(
-            path=f"{WORK}/a/b/c.txt", content="one\r\ntwo ✓\rthree\n"))),  # fmt: skip
+        Step("write a file (new folders)", write(f"{WORK}/a/b/c.txt", "one\r\ntwo ✓\rthree\n")),
         Step("read it back", lambda rt, _: rt.read_file(ReadFileRequest(path=f"{WORK}/a/b/c.txt"))),
         Step("read a missing file", lambda rt, _: rt.read_file(ReadFileRequest(path=f"{WORK}/missing.txt"))),
         Step("read a folder", lambda rt, _: rt.read_file(ReadFileRequest(path=f"{WORK}/a"))),
@@ -153,10 +166,8 @@ def steps() -> list[Step]:
         Step("read binary as utf-8", lambda rt, _: rt.read_file(ReadFileRequest(path=f"{WORK}/blob.bin"))),
         Step("upload a binary file", upload("blob.bin", f"{WORK}/blob.bin")),
         Step("read binary as utf-8", lambda rt, _: rt.read_file(ReadFileRequest(path=f"{WORK}/blob.bin"))),
-        Step("read binary, errors=replace", lambda rt, _: rt.read_file(ReadFileRequest(
-            path=f"{WORK}/blob.bin", errors="replace"))),  # fmt: skip
-        Step("read binary as latin-1", lambda rt, _: rt.read_file(ReadFileRequest(
-            path=f"{WORK}/blob.bin", encoding="latin-1"))),  # fmt: skip
+        Step("read binary, errors=replace", read(f"{WORK}/blob.bin", errors="replace")),
+        Step("read binary as latin-1", read(f"{WORK}/blob.bin", encoding="latin-1")),
         Step("its checksum", bash(f"sha256sum {WORK}/blob.bin && stat -c %s {WORK}/blob.bin")),
         Step("upload into a folder", upload("blob.bin", f"{WORK}/a")),
         Step("...lands in it", bash(f"ls {WORK}/a")),

@@ -27,6 +27,8 @@ VENV_PYTHON = ROOT / ".venv-swerex" / "bin" / "python"
 DRIVER = Path(__file__).with_name("swerex_driver.py")
 SX_OWNER = f"{OWNER}-swerex"
 SX_SOCKET_ROOT = f"/run/sbx-test-{RUN_ID}-swerex"
+DRIVER_TIMEOUT_S = 600
+"""The driver plays 74 steps twice: about 100 s on an idle 2-core machine, several times that on a busy one."""
 
 
 def normalised(outcome: dict[str, Any], mode: str) -> dict[str, Any]:
@@ -57,6 +59,7 @@ def differences(local: list[dict[str, Any]], box: list[dict[str, Any]]) -> list[
     return found
 
 
+@pytest.mark.timeout(DRIVER_TIMEOUT_S + 60)
 def test_swerex_local_and_sandbox_runtimes_agree(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     if not VENV_PYTHON.exists():
         pytest.fail(f"{VENV_PYTHON} is missing: run `bash scripts/venv_swerex.sh` (scripts/setup.sh runs it)")
@@ -64,14 +67,16 @@ def test_swerex_local_and_sandbox_runtimes_agree(docker_client: docker.DockerCli
     out = tmp_path / "traces.json"
     # No TERM, for both bashes: the sandbox's has none, as in SWE-ReX's own Docker deployment (with TERM=xterm a
     # terminal's bracketed-paste mode adds \r\n around every output).
+    # And a HOME of its own, empty: LocalRuntime's bash is interactive and would read this machine's ~/.bashrc.
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIRTUAL_ENV") and k != "TERM"}
-    env["PYTHONPATH"] = str(ROOT)
+    env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
     with owned_by(docker_client, SX_OWNER, SX_SOCKET_ROOT):
         server = ServerProcess(tmp_path, owner=SX_OWNER, socket_root=SX_SOCKET_ROOT).start()
         try:
             run = subprocess.run(
                 [str(VENV_PYTHON), str(DRIVER), "--target", server.grpc_target, "--out", str(out)],
-                capture_output=True, text=True, timeout=280, env=env, cwd="/",
+                capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, env=env, cwd="/",
             )  # fmt: skip
         finally:
             server.stop()
@@ -81,7 +86,8 @@ def test_swerex_local_and_sandbox_runtimes_agree(docker_client: docker.DockerCli
     for here, there in zip(local, box, strict=True):
         print(f"{here['step']:45s} local {here['seconds']:7.3f} s   sandbox {there['seconds']:7.3f} s")
     found = differences(local, box)
-    assert not found, f"{len(found)} of {len(local)} steps differ (sandbox {report['sandbox_id']}):\n" + "\n".join(found)
+    where = f"sandbox {report['sandbox_id']}"
+    assert not found, f"{len(found)} of {len(local)} steps differ ({where}):\n" + "\n".join(found)
     # The comparison compared something: the steps that must raise did, on both sides, and outputs came through.
     raised = {s["step"]: s["raised"] for s in box if "raised" in s}
     assert raised["a command that times out"] == "swerex.exceptions.CommandTimeoutError"

@@ -46,7 +46,7 @@ class SandboxDeploymentConfig(BaseModel):
         return SandboxDeployment(**self.model_dump(exclude={"type"}))
 
 
-class SandboxDeployment(AbstractDeployment):  # type: ignore[misc]
+class SandboxDeployment(AbstractDeployment):
     """One sandbox: ``await d.start()``, then ``d.runtime`` acts in it; ``await d.stop()`` deletes it."""
 
     def __init__(self, *, logger: logging.Logger | None = None, **kwargs: Any) -> None:

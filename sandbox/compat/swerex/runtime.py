@@ -58,7 +58,7 @@ from sandbox.errors import InvalidArgument, NotFound, PermissionDenied, SandboxE
 LOGGER = logging.getLogger("sandbox.compat.swerex")
 
 
-class SandboxRuntime(AbstractRuntime):  # type: ignore[misc]
+class SandboxRuntime(AbstractRuntime):
     """SWE-ReX's runtime inside a sandbox of this platform (``AsyncSandbox``: ``AsyncClient.create`` gives one).
 
     Closing it closes its sessions; the sandbox itself is the deployment's to delete."""
@@ -151,7 +151,7 @@ class SandboxRuntime(AbstractRuntime):  # type: ignore[misc]
 
     async def upload(self, request: UploadRequest) -> UploadResponse:
         source = request.source_path
-        if os.path.isdir(source):
+        if await asyncio.to_thread(os.path.isdir, source):
             archive = await asyncio.to_thread(_tar, source)
             try:
                 staged = self._box.staging_path(".tar")
@@ -161,7 +161,7 @@ class SandboxRuntime(AbstractRuntime):  # type: ignore[misc]
                 os.unlink(archive)
             reply = await self._box.one_shot("untar", {"staged": staged, "target": request.target_path})
         else:
-            mode = os.stat(source).st_mode & 0o7777  # FileNotFoundError here, as shutil.copy raises it
+            mode = (await asyncio.to_thread(os.stat, source)).st_mode & 0o7777  # FileNotFoundError, as shutil.copy
             staged = self._box.staging_path()
             await self._box.ship()
             await self.sandbox.files.upload(source, staged)
@@ -192,7 +192,8 @@ class SandboxRuntime(AbstractRuntime):  # type: ignore[misc]
 
 def _file_error(code: int, path: str) -> OSError:
     cls: Any = {errno.ENOENT: FileNotFoundError, errno.EISDIR: IsADirectoryError}.get(code, OSError)
-    return cls(code, os.strerror(code), path)  # type: ignore[no-any-return]
+    error: OSError = cls(code, os.strerror(code), path)
+    return error
 
 
 def _tar(source: str) -> str:

@@ -19,6 +19,7 @@ daemon keeps what the terminal printed between them, so the waits add up to one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from typing import Any
 
@@ -47,6 +48,12 @@ END_MARK = "UNIQUESTRING29234"
 """Ends a command bashlex could not split (the observation's ``expect_string`` then: SWE-ReX's value, so that an
 observation reads the same), and the echo-off check after an interactive program quits."""
 CODE_START, CODE_END = "SBXEXITCODE", "SBXEXITEND"
+EXIT_CODE_OPS = (
+    {"op": "send", "data": f"\necho {CODE_START}$?{CODE_END}\n"},
+    {"op": "expect", "patterns": [CODE_END], "timeout": 1.0},
+    {"op": "expect", "patterns": [PS1], "timeout": 0.1},
+)
+"""After a command: its exit code echoed between markers, and the prompt that follows."""
 CHUNK_S = 60.0
 """The longest a single exec of the session waits for output."""
 _ANSI = re.compile(r"\x1B[@-_][0-?]*[ -/]*[@-~]")
@@ -92,20 +99,29 @@ class BashSession:
             raise BoxError(f"session {self.name!r}: {reply['error']}")
         return list(reply["results"])
 
-    async def _expect(self, patterns: list[str], timeout: float | None, *, first: list[dict[str, Any]]) -> dict[str, Any]:
-        """Send ``first`` (sends), then wait for a pattern up to ``timeout`` (None: for ever), an exec at a time."""
+    async def _expect(
+        self,
+        patterns: list[str],
+        timeout: float | None,
+        *,
+        first: list[dict[str, Any]],
+        then: tuple[dict[str, Any], ...] = (),
+    ) -> list[dict[str, Any]]:
+        """Run ``first``, wait for a pattern up to ``timeout`` (None: for ever; an exec at most :data:`CHUNK_S` long
+        at a time), then run ``then`` (in the same exec as the wait's end): the wait's result and then's (up to the
+        first failing), or only the failing result of ``first``."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         ops = first
         while True:
             left = CHUNK_S if deadline is None else max(deadline - loop.time(), 0.0)
-            step = min(left, CHUNK_S)
-            results = await self._ops(*ops, {"op": "expect", "patterns": patterns, "timeout": step})
-            last = results[-1]
-            if len(results) < len(ops) + 1 or last["ok"] or last.get("eof"):
-                return last
-            if deadline is not None and loop.time() >= deadline:
-                return last
+            wait = {"op": "expect", "patterns": patterns, "timeout": min(left, CHUNK_S)}
+            results = await self._ops(*ops, wait, *then)
+            if len(results) <= len(ops):  # one of ``first`` failed (the syntax check)
+                return results[-1:]
+            tail = results[len(ops) :]
+            if tail[0]["ok"] or tail[0].get("eof") or (deadline is not None and loop.time() >= deadline):
+                return tail
             ops = []
 
     async def start(self) -> CreateBashSessionResponse:
@@ -115,9 +131,8 @@ class BashSession:
         if line:
             line.append("sleep 0.3")
         line += [f"export PS1='{PS1}'", "export PS2=''", "export PS0=''"]
-        got = await self._expect(
-            [PS1], self.request.startup_timeout, first=[{"op": "send", "data": " ; ".join(line) + "\n"}]
-        )
+        send = {"op": "send", "data": " ; ".join(line) + "\n"}
+        got = (await self._expect([PS1], self.request.startup_timeout, first=[send]))[0]
         _raise_unless_matched(got, "starting the session")
         return CreateBashSessionResponse(output=clean(got["before"]))
 
@@ -142,8 +157,9 @@ class BashSession:
         except Exception:  # bashlex fails on much valid bash (NotImplementedError, TypeError, ...): mark the end
             text = f"{action.command}\n TMPEXITCODE=$? ; sleep 0.1; echo -n '{END_MARK}' ; (exit $TMPEXITCODE)"
             patterns = [END_MARK]
-        syntax = {"op": "syntax", "command": action.command}
-        got = await self._expect(patterns, action.timeout, first=[syntax, {"op": "send", "data": text + "\n"}])
+        first = [{"op": "syntax", "command": action.command}, {"op": "send", "data": text + "\n"}]
+        exit_code_ops = () if action.check == "ignore" else EXIT_CODE_OPS
+        got, *exit_code_results = await self._expect(patterns, action.timeout, first=first, then=exit_code_ops)
         if got.get("syntax"):
             raise _syntax_error(action.command, got["syntax"])
         if got.get("timeout"):
@@ -153,7 +169,7 @@ class BashSession:
         if action.check == "ignore":
             return BashObservation(output=output, exit_code=None, expect_string=matched)
         try:
-            code_output, exit_code = await self._exit_code(action.command)
+            code_output, exit_code = await self._exit_code(action.command, exit_code_results)
         except Exception:
             if action.check == "raise":
                 raise
@@ -161,13 +177,11 @@ class BashSession:
         output = (output + code_output).replace(END_MARK, "").replace(PS1, "")
         return BashObservation(output=output, exit_code=exit_code, expect_string=matched)
 
-    async def _exit_code(self, command: str) -> tuple[str, int]:
-        """``$?`` of the command just run, echoed between markers; what the terminal showed before it."""
-        results = await self._ops(
-            {"op": "send", "data": f"\necho {CODE_START}$?{CODE_END}\n"},
-            {"op": "expect", "patterns": [CODE_END], "timeout": 1.0},
-            {"op": "expect", "patterns": [PS1], "timeout": 0.1},
-        )
+    async def _exit_code(self, command: str, results: list[dict[str, Any]]) -> tuple[str, int]:
+        """``$?`` of the command just run, echoed between markers by :data:`EXIT_CODE_OPS` (run now if they did not
+        run after the command); what the terminal showed before it."""
+        if not results:
+            results = await self._ops(*EXIT_CODE_OPS)
         if len(results) < 2 or not results[1]["ok"]:
             if len(results) >= 2 and results[1].get("eof"):
                 raise pexpect.EOF("End Of File (EOF): the session's shell exited")
@@ -182,7 +196,8 @@ class BashSession:
 
     async def _interactive(self, action: BashAction) -> BashObservation:
         patterns = [*action.expect, PS1]
-        got = await self._expect(patterns, action.timeout, first=[{"op": "send", "data": action.command + "\n"}])
+        send = {"op": "send", "data": action.command + "\n"}
+        got = (await self._expect(patterns, action.timeout, first=[send]))[0]
         if got.get("timeout"):
             raise CommandTimeoutError(
                 f"timeout after {action.timeout} seconds while running command {action.command!r}"
@@ -205,7 +220,7 @@ class BashSession:
         return BashObservation(output=output, exit_code=0, expect_string=matched)
 
     async def interrupt(self, action: BashInterruptAction) -> BashObservation:
-        """Ctrl-C until the prompt (or an ``expect`` string) shows, ``n_retry`` times; then Ctrl-Z and ``kill -9 %1``."""
+        """Ctrl-C until the prompt (or an ``expect`` string) shows, ``n_retry`` times; then Ctrl-Z, ``kill -9 %1``."""
         patterns = [*action.expect, PS1]
         wait = {"op": "expect", "patterns": patterns, "timeout": action.timeout}
         for _ in range(action.n_retry):
@@ -215,7 +230,11 @@ class BashSession:
                 return BashObservation(output=output, exit_code=0, expect_string=patterns[results[1]["index"]])
             await asyncio.sleep(0.2)
         results = await self._ops(
-            {"op": "control", "char": "z"}, wait, {"op": "send", "data": "kill -9 %1\n"}, wait, {"op": "eat", "wait": 0.5}
+            {"op": "control", "char": "z"},
+            wait,
+            {"op": "send", "data": "kill -9 %1\n"},
+            wait,
+            {"op": "eat", "wait": 0.5},
         )
         if len(results) < 5 or not results[4]["ok"]:
             raise pexpect.TIMEOUT("Failed to interrupt session")
@@ -223,10 +242,8 @@ class BashSession:
         return BashObservation(output=output, exit_code=0, expect_string=patterns[results[3]["index"]])
 
     async def close(self) -> CloseBashSessionResponse:
-        try:
+        with contextlib.suppress(BoxError):  # the daemon (or the sandbox) is gone, and the session with it
             await self.box.session({"session": self.name, "close": True}, wait_s=1)
-        except BoxError:
-            pass  # the daemon (or the sandbox) is gone, and the session with it
         return CloseBashSessionResponse()
 
 
@@ -242,4 +259,6 @@ def _syntax_error(command: str, found: dict[str, Any]) -> BashIncorrectSyntaxErr
         f"Error (exit code {found['exit_code']}) while checking bash command \n{command!r}\n"
         f"---- Stderr ----\n{found['stderr']}\n---- Stdout ----\n{found['stdout']}"
     )
-    return BashIncorrectSyntaxError(message, extra_info={"bash_stdout": found["stdout"], "bash_stderr": found["stderr"]})
+    return BashIncorrectSyntaxError(
+        message, extra_info={"bash_stdout": found["stdout"], "bash_stderr": found["stderr"]}
+    )
