@@ -4,12 +4,14 @@ SWE-ReX's own ``LocalRuntime`` and through ``sandbox.compat.swerex`` (a terminal
 network) gives the same observations and the same exception types.
 
 The actions are played by tests/compat/swerex_driver.py in .venv-swerex (swe-rex 1.4.0; scripts/venv_swerex.sh),
-which writes both traces; this test compares them step by step. A missing venv fails the test."""
+which writes both traces; this test compares them step by step. It also runs docs/compat.md's SWE-ReX example. A
+missing venv fails the test."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,14 @@ SX_OWNER = f"{OWNER}-swerex"
 SX_SOCKET_ROOT = f"/run/sbx-test-{RUN_ID}-swerex"
 DRIVER_TIMEOUT_S = 600
 """The driver plays 74 steps twice: about 100 s on an idle 2-core machine, several times that on a busy one."""
+
+
+def docs_example() -> str:
+    """The example of docs/compat.md's SWE-ReX section (tagged ``text``: the docs' test venv has no swe-rex)."""
+    section = (ROOT / "docs" / "compat.md").read_text().split("## SWE-ReX", 1)[1]
+    found = re.search(r"```text\n(import asyncio\n.*?)```", section, re.DOTALL)
+    assert found, "docs/compat.md's SWE-ReX section has no example"
+    return found.group(1)
 
 
 def normalised(outcome: dict[str, Any], mode: str) -> dict[str, Any]:
@@ -78,9 +88,15 @@ def test_swerex_local_and_sandbox_runtimes_agree(docker_client: docker.DockerCli
                 [str(VENV_PYTHON), str(DRIVER), "--target", server.grpc_target, "--out", str(out)],
                 capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, env=env, cwd="/",
             )  # fmt: skip
+            example = subprocess.run(
+                [str(VENV_PYTHON), "-c", docs_example().replace("127.0.0.1:50051", server.grpc_target)],
+                capture_output=True, text=True, timeout=120, env=env, cwd="/",
+            )  # fmt: skip
         finally:
             server.stop()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:] + server.log_tail()
+    assert example.returncode == 0, example.stdout + example.stderr
+    assert example.stdout.split("\n")[0] == "0 a.txt" and example.stdout.rstrip().endswith("hi"), example.stdout
     report = json.loads(out.read_text())
     local, box = report["local"], report["sandbox"]
     for here, there in zip(local, box, strict=True):
