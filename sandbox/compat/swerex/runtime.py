@@ -64,7 +64,7 @@ class SandboxRuntime(AbstractRuntime):
     Closing it closes its sessions; the sandbox itself is the deployment's to delete."""
 
     def __init__(self, sandbox: AsyncSandbox, *, logger: logging.Logger | None = None, python: str = "python3") -> None:
-        """``python``: the sandbox's interpreter for the helper (standard library only, 3.8 or newer)."""
+        """``python``: the sandbox's interpreter for the helper (it needs the standard library only)."""
         self.sandbox = sandbox
         self.logger = logger or LOGGER
         self._box = Box(sandbox, python=python)
