@@ -5,6 +5,7 @@ what each step observed, or raised, as JSON for tests/compat/test_swerex_side_by
 Runs in .venv-swerex (scripts/venv_swerex.sh): ``python tests/compat/swerex_driver.py --target HOST:PORT --out F``.
 Both runtimes work in folders of the same paths (``WORK`` under /tmp, a root of the platform's file API, and
 ``OUTSIDE`` under /var/tmp, outside it), so paths need no rewriting; each step names how its output is compared.
+Each step runs in an event loop of its own, as SWE-agent calls its runtime.
 """
 
 from __future__ import annotations
@@ -193,12 +194,13 @@ def record(value: Any) -> dict[str, Any]:
     return {"type": type(value).__name__, "value": value}
 
 
-async def play(runtime: AbstractRuntime, local: Path) -> list[dict[str, Any]]:
+def play(runtime: AbstractRuntime, local: Path) -> list[dict[str, Any]]:
+    """Every step in an event loop of its own, as SWE-agent calls its runtime (``asyncio.run`` each time)."""
     trace = []
     for step in steps():
         started = time.monotonic()
         try:
-            outcome = record(await step.run(runtime, local))
+            outcome = record(asyncio.run(step.run(runtime, local)))
         except Exception as e:
             outcome = {"raised": f"{type(e).__module__}.{type(e).__qualname__}", "message": str(e)[:300]}
         outcome.update(step=step.name, compare=step.compare, seconds=round(time.monotonic() - started, 3))
@@ -206,7 +208,7 @@ async def play(runtime: AbstractRuntime, local: Path) -> list[dict[str, Any]]:
     return trace
 
 
-async def main() -> int:
+def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", required=True)
     parser.add_argument("--out", required=True)
@@ -216,20 +218,20 @@ async def main() -> int:
         make_sources(local)
         digest = hashlib.sha256((local / "blob.bin").read_bytes()).hexdigest()
         here = LocalDeployment()
-        await here.start()
+        asyncio.run(here.start())
         try:
-            local_trace = await play(here.runtime, local)
+            local_trace = play(here.runtime, local)
         finally:
-            await here.stop()
+            asyncio.run(here.stop())
             for path in (WORK, OUTSIDE):
                 shutil.rmtree(path, ignore_errors=True)
         there = SandboxDeployment(target=args.target, spec={"network": "none"})
-        await there.start()
+        asyncio.run(there.start())
         try:
             sandbox_id = there.sandbox.id
-            box_trace = await play(there.runtime, local)
+            box_trace = play(there.runtime, local)
         finally:
-            await there.stop()
+            asyncio.run(there.stop())
     report = {"local": local_trace, "sandbox": box_trace, "sandbox_id": sandbox_id, "blob_sha256": digest}
     Path(args.out).write_text(json.dumps(report, indent=1))
     return 0
@@ -237,4 +239,4 @@ async def main() -> int:
 
 if __name__ == "__main__":
     os.chdir("/")
-    sys.exit(asyncio.run(main()))
+    sys.exit(main())

@@ -17,8 +17,9 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from sandbox.client import AsyncSandbox
+from sandbox.client import Sandbox
 from sandbox.errors import SandboxError
+from sandbox.models import ExecResult, Health
 
 SHIPPED = ("inbox.py", "ptyd.py")
 """The helper's files, written into the sandbox beside each other."""
@@ -35,9 +36,13 @@ class BoxError(RuntimeError):
 
 
 class Box:
-    """One sandbox's helper: where it lives, and the calls that run it."""
+    """One sandbox's helper: where it lives, and the calls that run it.
 
-    def __init__(self, sandbox: AsyncSandbox, *, python: str = "python3") -> None:
+    The SDK's blocking ``Sandbox`` is called in a worker thread, not the asyncio SDK: SWE-agent runs every runtime
+    call in an event loop of its own (``asyncio.run`` each time), and an asyncio gRPC channel belongs to the loop
+    that opened it."""
+
+    def __init__(self, sandbox: Sandbox, *, python: str = "python3") -> None:
         self.sandbox = sandbox
         self.python = python
         self.directory = f"/tmp/.swerex-{secrets.token_hex(6)}"
@@ -55,7 +60,7 @@ class Box:
         if not self._shipped:
             for name in SHIPPED:
                 source = await asyncio.to_thread(Path(__file__).with_name(name).read_bytes)
-                await self.sandbox.files.write(f"{self.directory}/{name}", source)
+                await self.write(f"{self.directory}/{name}", source)
             self._shipped = True
 
     async def one_shot(self, command: str, request: dict[str, Any], *, wait_s: float = 0.0) -> dict[str, Any]:
@@ -67,7 +72,7 @@ class Box:
         """Hand the session daemon a request (a session's name and the operations to run in it); its reply."""
         await self.ship()
         if not self._serving:
-            started = await self.sandbox.exec(
+            started = await self.exec(
                 [self.python, "-S", self.helper, "serve", self.directory], timeout=60, keep_background=True
             )
             if started.exit_code != 0:
@@ -82,18 +87,33 @@ class Box:
             with contextlib.suppress(BoxError, SandboxError):  # already gone with its sandbox
                 await self._run(["call", self.directory, json.dumps({"session": "", "shutdown": True})], 0)
 
+    async def exec(self, argv: list[str], *, timeout: float, keep_background: bool = False) -> ExecResult:
+        return await asyncio.to_thread(self.sandbox.exec, argv, timeout=timeout, keep_background=keep_background)
+
+    async def read(self, path: str) -> bytes:
+        return await asyncio.to_thread(self.sandbox.files.read, path)
+
+    async def write(self, path: str, data: bytes) -> None:
+        await asyncio.to_thread(self.sandbox.files.write, path, data)
+
+    async def upload(self, local_path: str, remote_path: str) -> None:
+        await asyncio.to_thread(self.sandbox.files.upload, local_path, remote_path)
+
+    async def health(self) -> Health:
+        return await asyncio.to_thread(self.sandbox.health)
+
     async def _argument(self, request: dict[str, Any]) -> str:
         text = json.dumps(request)
         if len(text.encode()) <= ARG_LIMIT:
             return text
         path = self.staging_path(".json")
-        await self.sandbox.files.write(path, text)
+        await self.write(path, text.encode())
         return "@" + path
 
     async def _run(self, argv: list[str], wait_s: float) -> dict[str, Any]:
         timeout = min(wait_s + EXEC_SLACK_S, MAX_EXEC_S)
         # -S: no site-packages; the helper needs the standard library only, and starts in half the time.
-        result = await self.sandbox.exec([self.python, "-S", self.helper, *argv], timeout=timeout)
+        result = await self.exec([self.python, "-S", self.helper, *argv], timeout=timeout)
         if result.timed_out or result.exit_code != 0:
             raise BoxError(f"the sandbox's helper failed ({argv[0]}, exit {result.exit_code}): {result.stderr[-2000:]}")
         try:

@@ -8,6 +8,7 @@ runtime and deletes the sandbox. :class:`SandboxDeploymentConfig` is the configu
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ from swerex.deployment.hooks.abstract import CombinedDeploymentHook, DeploymentH
 from swerex.exceptions import DeploymentNotStartedError, DeploymentStartupError
 from swerex.runtime.abstract import IsAliveResponse
 
-from sandbox.client import AsyncClient, AsyncSandbox
+from sandbox.client import Client, Sandbox
 from sandbox.compat.swerex.runtime import SandboxRuntime
 from sandbox.errors import SandboxError
 
@@ -54,8 +55,8 @@ class SandboxDeployment(AbstractDeployment):
         self._config = SandboxDeploymentConfig(**kwargs)
         self.logger = logger or LOGGER
         self._hooks = CombinedDeploymentHook()
-        self._client: AsyncClient | None = None
-        self._sandbox: AsyncSandbox | None = None
+        self._client: Client | None = None
+        self._sandbox: Sandbox | None = None
         self._runtime: SandboxRuntime | None = None
 
     @classmethod
@@ -63,7 +64,7 @@ class SandboxDeployment(AbstractDeployment):
         return cls(**config.model_dump(exclude={"type"}))
 
     @property
-    def sandbox(self) -> AsyncSandbox:
+    def sandbox(self) -> Sandbox:
         """The sandbox, once started (its ``id``, and the whole SDK on it)."""
         if self._sandbox is None:
             raise DeploymentNotStartedError()
@@ -82,11 +83,13 @@ class SandboxDeployment(AbstractDeployment):
             return
         config = self._config
         self._hooks.on_custom_step("Creating sandbox")
-        self._client = AsyncClient(config.target, token=config.token)
+        self._client = client = Client(config.target, token=config.token)  # blocking, in threads: any event loop
         try:
-            self._sandbox = await self._client.create(config.kind, wait_s=config.startup_timeout, **config.spec)
+            self._sandbox = await asyncio.to_thread(
+                client.create, config.kind, wait_s=config.startup_timeout, **config.spec
+            )
         except SandboxError as e:
-            await self._client.close()
+            await asyncio.to_thread(client.close)
             self._client = None
             raise DeploymentStartupError(f"the control plane did not create a {config.kind} sandbox: {e}") from e
         self.logger.info("sandbox %s created for SWE-ReX", self._sandbox.id)
@@ -104,10 +107,10 @@ class SandboxDeployment(AbstractDeployment):
                 except SandboxError as e:
                     self.logger.warning("closing the runtime of sandbox %s: %s", runtime.sandbox.id, e)
             if sandbox is not None:
-                await sandbox.close()
+                await asyncio.to_thread(sandbox.close)
         finally:
             if client is not None:
-                await client.close()
+                await asyncio.to_thread(client.close)
 
     @property
     def runtime(self) -> SandboxRuntime:

@@ -12,6 +12,8 @@ What it is built on, call by call:
   by the helper as ``shutil.copy`` / ``shutil.copytree`` would;
 - ``is_alive``: the sandbox's health.
 
+The SDK calls run in worker threads over its blocking client (see :class:`~sandbox.compat.swerex.box.Box`).
+
 Errors are SWE-ReX's own (``SessionExistsError``, ``CommandTimeoutError``, ...) or the built-in ``OSError`` a local
 run raises (``FileNotFoundError``, ``IsADirectoryError``, ``FileExistsError``).
 """
@@ -50,7 +52,7 @@ from swerex.runtime.abstract import (
     WriteFileResponse,
 )
 
-from sandbox.client import AsyncSandbox
+from sandbox.client import Sandbox
 from sandbox.compat.swerex.box import MAX_EXEC_S, Box, os_error
 from sandbox.compat.swerex.session import BashSession
 from sandbox.errors import InvalidArgument, NotFound, PermissionDenied, SandboxError
@@ -59,11 +61,12 @@ LOGGER = logging.getLogger("sandbox.compat.swerex")
 
 
 class SandboxRuntime(AbstractRuntime):
-    """SWE-ReX's runtime inside a sandbox of this platform (``AsyncSandbox``: ``AsyncClient.create`` gives one).
+    """SWE-ReX's runtime inside a sandbox of this platform (a ``Sandbox``: ``Client.create`` gives one). Its methods
+    may be awaited from any event loop, a new one each time too (as SWE-agent does).
 
     Closing it closes its sessions; the sandbox itself is the deployment's to delete."""
 
-    def __init__(self, sandbox: AsyncSandbox, *, logger: logging.Logger | None = None, python: str = "python3") -> None:
+    def __init__(self, sandbox: Sandbox, *, logger: logging.Logger | None = None, python: str = "python3") -> None:
         """``python``: the sandbox's interpreter for the helper (it needs the standard library only)."""
         self.sandbox = sandbox
         self.logger = logger or LOGGER
@@ -76,7 +79,7 @@ class SandboxRuntime(AbstractRuntime):
 
     async def is_alive(self, *, timeout: float | None = None) -> IsAliveResponse:
         try:
-            health = await asyncio.wait_for(self.sandbox.health(), timeout)
+            health = await asyncio.wait_for(self._box.health(), timeout)
         except (SandboxError, TimeoutError) as e:
             return IsAliveResponse(is_alive=False, message=f"sandbox {self.sandbox.id}: {e or 'no answer'}")
         message = "; ".join(f"{name}: {detail}" for name, detail in health.failures.items())
@@ -125,7 +128,7 @@ class SandboxRuntime(AbstractRuntime):
 
     async def read_file(self, request: ReadFileRequest) -> ReadFileResponse:
         try:
-            data = await self.sandbox.files.read(request.path)
+            data = await self._box.read(request.path)
         except PermissionDenied:  # outside the file API's roots: read as the sandbox's user
             reply = await self._box.one_shot("read", {"path": request.path})
             if "error" in reply:
@@ -142,7 +145,7 @@ class SandboxRuntime(AbstractRuntime):
     async def write_file(self, request: WriteFileRequest) -> WriteFileResponse:
         data = request.content.encode()
         try:
-            await self.sandbox.files.write(request.path, data)
+            await self._box.write(request.path, data)
         except PermissionDenied:
             await self._put(data, request.path, mode=0o644)
         except InvalidArgument as e:
@@ -156,7 +159,7 @@ class SandboxRuntime(AbstractRuntime):
             try:
                 staged = self._box.staging_path(".tar")
                 await self._box.ship()
-                await self.sandbox.files.upload(archive, staged)
+                await self._box.upload(archive, staged)
             finally:
                 os.unlink(archive)
             reply = await self._box.one_shot("untar", {"staged": staged, "target": request.target_path})
@@ -164,7 +167,7 @@ class SandboxRuntime(AbstractRuntime):
             mode = (await asyncio.to_thread(os.stat, source)).st_mode & 0o7777  # FileNotFoundError, as shutil.copy
             staged = self._box.staging_path()
             await self._box.ship()
-            await self.sandbox.files.upload(source, staged)
+            await self._box.upload(source, staged)
             name = os.path.basename(source)
             reply = await self._box.one_shot(
                 "copy", {"staged": staged, "target": request.target_path, "mode": mode, "name": name}
@@ -183,7 +186,7 @@ class SandboxRuntime(AbstractRuntime):
     async def _put(self, data: bytes, target: str, *, mode: int) -> None:
         staged = self._box.staging_path()
         await self._box.ship()
-        await self.sandbox.files.write(staged, data)
+        await self._box.write(staged, data)
         request = {"staged": staged, "target": target, "mode": mode, "parents": True, "name": os.path.basename(target)}
         reply = await self._box.one_shot("copy", request)
         if "error" in reply:
