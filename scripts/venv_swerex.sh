@@ -15,7 +15,6 @@ main_site=$("$MAIN/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()
 
 if [[ ! -x $VENV/bin/python ]]; then
     echo "==> swe-rex venv: creating $VENV"
-    "$MAIN/bin/python" -c 'import sys; print(sys.base_prefix)' >/dev/null
     base=$("$MAIN/bin/python" -c 'import sys, os; print(os.path.join(sys.base_prefix, "bin", "python3"))')
     "$base" -m venv "$VENV"
 fi
