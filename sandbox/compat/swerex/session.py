@@ -106,17 +106,19 @@ class BashSession:
         *,
         first: list[dict[str, Any]],
         then: tuple[dict[str, Any], ...] = (),
+        open_env: dict[str, str] | None = None,
     ) -> list[dict[str, Any]]:
         """Run ``first``, wait for a pattern up to ``timeout`` (None: for ever; an exec at most :data:`CHUNK_S` long
         at a time), then run ``then`` (in the same exec as the wait's end): the wait's result and then's (up to the
-        first failing), or only the failing result of ``first``."""
+        first failing), or only the failing result of ``first``. ``open_env``: start the session's bash first."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         ops = first
         while True:
             left = CHUNK_S if deadline is None else max(deadline - loop.time(), 0.0)
             wait = {"op": "expect", "patterns": patterns, "timeout": min(left, CHUNK_S)}
-            results = await self._ops(*ops, wait, *then)
+            results = await self._ops(*ops, wait, *then, open_env=open_env)
+            open_env = None
             if len(results) <= len(ops):  # one of ``first`` failed (the syntax check)
                 return results[-1:]
             tail = results[len(ops) :]
@@ -125,14 +127,14 @@ class BashSession:
             ops = []
 
     async def start(self) -> CreateBashSessionResponse:
-        env = {"PS1": PS1, "PS2": "", "PS0": ""}
-        await self._ops({"op": "sleep", "seconds": 0.3}, open_env=env)
         line = [f"source {path}" for path in self.request.startup_source]
         if line:
             line.append("sleep 0.3")
         line += [f"export PS1='{PS1}'", "export PS2=''", "export PS0=''"]
-        send = {"op": "send", "data": " ; ".join(line) + "\n"}
-        got = (await self._expect([PS1], self.request.startup_timeout, first=[send]))[0]
+        # bash gets 0.3 s to set its terminal up before the first line (typed earlier, the kernel would echo it).
+        first: list[dict[str, Any]] = [{"op": "sleep", "seconds": 0.3}, {"op": "send", "data": " ; ".join(line) + "\n"}]
+        env = {"PS1": PS1, "PS2": "", "PS0": ""}
+        got = (await self._expect([PS1], self.request.startup_timeout, first=first, open_env=env))[0]
         _raise_unless_matched(got, "starting the session")
         return CreateBashSessionResponse(output=clean(got["before"]))
 
