@@ -83,9 +83,9 @@ start_x() {
     return 1
 }
 
-start_wm() { # openbox; programs started before it manages the screen can map unmanaged and stay unseen
+start_wm() { # openbox ($OPENBOX_CONFIG: its rc.xml); programs started before it manages the screen can stay unseen
     local i
-    start openbox openbox --sm-disable
+    start openbox openbox --sm-disable ${OPENBOX_CONFIG:+--config-file "$OPENBOX_CONFIG"}
     for ((i = 0; i < 100; i++)); do
         # The check window appears a moment before openbox manages new windows; _NET_WORKAREA comes after.
         if xprop -root _NET_SUPPORTING_WM_CHECK 2>/dev/null | grep -q "window id" &&
@@ -103,23 +103,23 @@ start_vnc() { # localhost only: the control plane reaches it through the agent's
     start x11vnc x11vnc -display "$DISPLAY" -localhost -rfbport 5900 -forever -shared -nopw -noxdamage -quiet
 }
 
-prepare_chromium_profile() { # downloads land in /workspace; a profile copied from a snapshot starts clean
+prepare_chromium_profile() { # downloads land in $DOWNLOADS_DIR (/workspace); a profile from a snapshot starts clean
     mkdir -p "$PROFILE_DIR/Default"
     rm -f "$PROFILE_DIR/SingletonLock" "$PROFILE_DIR/SingletonSocket" "$PROFILE_DIR/SingletonCookie"
-    python3 - "$PROFILE_DIR/Default/Preferences" <<'EOF'
+    python3 - "$PROFILE_DIR/Default/Preferences" "${DOWNLOADS_DIR:-/workspace}" <<'EOF'
 import json
 import sys
 
-path = sys.argv[1]
+path, downloads = sys.argv[1:3]
 try:
     with open(path) as f:
         prefs = json.load(f)
 except (OSError, ValueError):
     prefs = {}
 prefs.setdefault("download", {}).update(
-    {"default_directory": "/workspace", "prompt_for_download": False, "directory_upgrade": True}
+    {"default_directory": downloads, "prompt_for_download": False, "directory_upgrade": True}
 )
-prefs.setdefault("savefile", {})["default_directory"] = "/workspace"
+prefs.setdefault("savefile", {})["default_directory"] = downloads
 prefs.setdefault("profile", {}).update({"exit_type": "Normal", "exited_cleanly": True})
 prefs.setdefault("translate", {})["enabled"] = False
 with open(path, "w") as f:

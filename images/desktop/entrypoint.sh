@@ -1,7 +1,9 @@
 #!/bin/bash
-# Desktop sandbox: session bus, Xvfb, the wallpaper and the panel, openbox, x11vnc (localhost:5900), then the agent.
-# Runs under docker-init as the sandbox user. SANDBOX_DESKTOP_PLAIN=1 (the spec's env): no wallpaper and no panel,
-# a black screen with the window manager only.
+# Desktop sandbox: session bus, Xvfb, the wallpaper and the panel, openbox, x11vnc (localhost:5900), then the agent
+# and OSWorld's in-VM HTTP API (127.0.0.1:5000, sandbox.agent.osworld_api). Runs under docker-init as the sandbox
+# user, `user` with home /home/user as on OSWorld's VM (/home/sandbox links there). SANDBOX_DESKTOP_PLAIN=1 (the
+# spec's env): no wallpaper and no panel, a black screen with the window manager only. SANDBOX_OSWORLD_API=0: no
+# OSWorld API; SANDBOX_OSWORLD_API_LISTEN=HOST:PORT: serve it elsewhere.
 set -u
 SANDBOX_KIND="${SANDBOX_KIND:-desktop}"
 # shellcheck source=images/common/lib.sh
@@ -24,6 +26,21 @@ start_session_bus() {
 }
 
 DESKTOP_DIR=/opt/sandbox/desktop # look.py (the wallpaper), tint2rc (the panel), applications/ (its launchers)
+DOWNLOADS_DIR=$HOME/Downloads    # Chromium's, as on OSWorld's VM
+OPENBOX_CONFIG=/tmp/sandbox-openbox/rc.xml
+
+write_openbox_config() { # Debian's rc.xml plus OSWorld's (Ubuntu's) ctrl+alt+t: a terminal titled "Terminal", in ~
+    mkdir -p "${OPENBOX_CONFIG%/*}"
+    sed 's|^\( *\)</keyboard>|\1  <keybind key="C-A-t"><action name="Execute"><command>sh -c "cd \&amp;\&amp; exec gnome-terminal"</command></action></keybind>\n\1</keyboard>|' \
+        /etc/xdg/openbox/rc.xml >"$OPENBOX_CONFIG" && grep -q 'key="C-A-t"' "$OPENBOX_CONFIG" && return 0
+    say "could not add ctrl+alt+t to openbox's configuration"
+    OPENBOX_CONFIG=""
+}
+
+start_osworld_api() { # OSWorld's in-VM API (its controller's /screenshot, /execute, /setup/...), from the home folder
+    [[ ${SANDBOX_OSWORLD_API:-1} == 0 ]] && return 0
+    start osworld-api python3 -m sandbox.agent.osworld_api --listen "${SANDBOX_OSWORLD_API_LISTEN:-127.0.0.1:5000}"
+}
 
 start_session_look() { # the wallpaper and the panel (tint2rc: launchers and a clock), drawn before the window manager
     # starts, so the desktop's first screenshot (the agent reports healthy once the window manager is up) shows them;
@@ -43,8 +60,10 @@ start_session_look() { # the wallpaper and the panel (tint2rc: launchers and a c
 begin
 start_session_bus
 prepare_chromium_profile || say "could not write the Chromium preferences"
+write_openbox_config
 if start_x; then
     start_agent # now, so its start-up overlaps the window manager's; it reports healthy once both are up
+    start_osworld_api
     start_session_look
     start_wm
     start_vnc

@@ -106,8 +106,10 @@ class AgentApp:
         return frozenset(ports)
 
     def reserved_ports(self) -> frozenset[int]:
-        """The platform's ports, which a preview never reaches whatever the kind: VNC, DevTools, the agent's TCP."""
-        ports = {VNC_PORT, self.config.cdp_port}
+        """The platform's ports, which a preview never reaches: VNC, the agent's TCP and, in a browser sandbox, the
+        platform's Chromium's DevTools (on a desktop, a Chromium a task starts with DevTools on 9222 is the user's,
+        and OSWorld's harness reaches it through a preview)."""
+        ports = {VNC_PORT, *([self.config.cdp_port] if self.config.kind == "browser" else [])}
         if self.config.listen is not None:
             ports.add(self.config.listen[1])
         return frozenset(ports)

@@ -41,8 +41,9 @@ from sandbox.backends.base import BackendSnapshot
 from sandbox.backends.kubernetes.manifests import ARCHIVE_PREFIX
 from sandbox.errors import BackendError, InvalidArgument, NotFound, SandboxError
 
-ARCHIVED = ("workspace", "home/sandbox")
-"""The writable paths a snapshot keeps, relative to /."""
+ARCHIVED = ("workspace", "home/sandbox/.")
+"""The writable paths a snapshot keeps, relative to /. ``/.``: in the desktop image ``/home/sandbox`` is a link to
+``/home/user``; tar follows it so, and unpacks through the same link."""
 CHUNK = 16 * 1024 * 1024
 """Bytes per agent read or write (the agent serves at most 128 MiB at a time)."""
 TAR_TIMEOUT_S = 900.0

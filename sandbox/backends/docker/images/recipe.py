@@ -72,8 +72,18 @@ IMPORT_CHANGES: tuple[str, ...] = (
     'CMD ["/bin/bash"]',
 )
 
+OSWORLD_USER = "user"
+OSWORLD_HOME = "/home/user"
+XDG_FOLDERS = ("Desktop", "Documents", "Downloads", "Music", "Pictures", "Public", "Templates", "Videos")
+"""The standard folders of a freshly made Ubuntu user's home, which OSWorld's tasks assume exist."""
+
 KIND_ENV: dict[str, dict[str, str]] = {
-    "desktop": {"DISPLAY": ":0", "DBUS_SESSION_BUS_ADDRESS": "unix:path=/tmp/sandbox-dbus/session"},
+    "desktop": {
+        "DISPLAY": ":0",
+        "DBUS_SESSION_BUS_ADDRESS": "unix:path=/tmp/sandbox-dbus/session",
+        "HOME": OSWORLD_HOME,
+        "USER": OSWORLD_USER,
+    },
     "browser": {"DISPLAY": ":0"},
 }
 """Environment for the kind's image, so ``docker exec`` sessions reach the X server and session bus too."""
@@ -225,6 +235,20 @@ RUN site=$(python3 -c 'import site; print(site.getsitepackages()[0])') && mkdir 
 """
 """Pure-Python wheels are zip files laid out as installed: unpacked, they are installed (no pip in the image)."""
 
+OSWORLD_USER_SETUP = f"""\
+RUN usermod --login {OSWORLD_USER} --home {OSWORLD_HOME} --move-home sandbox \\
+ && groupmod --new-name {OSWORLD_USER} sandbox \\
+ && ln -s {OSWORLD_USER} /home/sandbox \\
+ && install -d -o {{uid}} -g {{uid}} -m 0755 {" ".join(f"{OSWORLD_HOME}/{d}" for d in XDG_FOLDERS)} \\
+ && ln -s chromium {OSWORLD_HOME}/.config/google-chrome \\
+ && printf 'XDG_%s_DIR="$HOME/%s"\\n' {" ".join(f"{d.upper()} {d}" for d in XDG_FOLDERS)} \\
+    | sed 's/XDG_PUBLIC_DIR/XDG_PUBLICSHARE_DIR/' > {OSWORLD_HOME}/.config/user-dirs.dirs \\
+ && chown -h {{uid}}:{{uid}} {OSWORLD_HOME}/.config/google-chrome {OSWORLD_HOME}/.config/user-dirs.dirs
+"""
+"""The desktop image follows OSWorld's VM: the sandbox user is ``user`` (same uid) with home ``/home/user`` and the
+standard XDG folders; ``/home/sandbox`` stays a link to it, so the platform's paths name the same files; Chrome's
+profile folder is Chromium's."""
+
 
 def _dockerfile(kind: str, base_tag: str, *, has_overlay: bool, has_wheels: bool = False) -> str:
     env = {
@@ -237,7 +261,9 @@ def _dockerfile(kind: str, base_tag: str, *, has_overlay: bool, has_wheels: bool
     return DOCKERFILE_TEMPLATE.format(
         base_tag=base_tag,
         uid=SANDBOX_UID,
-        copy_rootfs="COPY rootfs/ /\n" if has_overlay else "",
+        # The desktop's user setup runs right after the user is made, before the overlay lands.
+        copy_rootfs=(OSWORLD_USER_SETUP.format(uid=SANDBOX_UID) if kind == "desktop" else "")
+        + ("COPY rootfs/ /\n" if has_overlay else ""),
         install_wheels=INSTALL_WHEELS if has_wheels else "",
         env=" ".join(f"{k}={v}" for k, v in env.items()),
     )
