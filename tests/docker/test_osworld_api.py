@@ -75,6 +75,11 @@ def _windows(api: httpx.Client) -> str:
 
 
 def test_the_wallpaper_is_painted_and_sent_back(api: httpx.Client) -> None:
+    own = api.post("/wallpaper")  # before a task sets one: the image's own gradient, as painted
+    assert own.status_code == 200 and own.headers["content-type"] == "image/png"
+    drawn = Image.open(io.BytesIO(own.content)).convert("RGB")
+    shot = Image.open(io.BytesIO(api.get("/screenshot").content)).convert("RGB")
+    assert drawn.size == shot.size and all(drawn.getpixel((100, y)) == shot.getpixel((100, y)) for y in (0, 300, 700))
     picture = io.BytesIO()
     Image.new("RGB", (64, 40), RED).save(picture, "PNG")
     _upload(api, "~/Pictures/red.png", picture.getvalue())

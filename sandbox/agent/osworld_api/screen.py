@@ -4,12 +4,13 @@ whole screen with the mouse pointer drawn in, as OSWorld's server draws it), ``/
 
 Each call opens its own connection to the display (a few milliseconds), so concurrent requests share nothing.
 The wallpaper is painted on the root window, scaled to cover the screen (GNOME's "zoom"); the file it came from is
-recorded in ``~/.config/sandbox/wallpaper`` and is what ``/wallpaper`` sends back. The image's own wallpaper (a
-gradient drawn by the desktop's look.py) has no file: until a task sets one, ``/wallpaper`` answers 404.
+recorded in ``~/.config/sandbox/wallpaper`` and is what ``/wallpaper`` sends back. Until a task sets one, it sends
+a PNG of the image's own wallpaper (the gradient the desktop's look.py paints), or 404 on a plain desktop (none).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import mimetypes
 import os
@@ -23,6 +24,8 @@ from Xlib import X, display
 from sandbox.agent.osworld_api.web import HttpError, Request, Response, file_response, json_response, text_response
 
 WALLPAPER_RECORD = "~/.config/sandbox/wallpaper"
+LOOK = "/opt/sandbox/desktop/look.py"
+"""The desktop's look (images/desktop/rootfs): its ``blend(t)`` is the wallpaper's colour ``t`` of the way down."""
 PUT_ROWS_BYTES = 200_000
 """Bytes of pixels per PutImage request (the core protocol's request limit is 256 KiB)."""
 
@@ -137,6 +140,23 @@ def wallpaper(_: Request) -> Response:
             path = f.read().strip()
     except OSError:
         path = ""
-    if not path or not os.path.isfile(path):
-        raise HttpError(404, {"error": "no wallpaper file: the desktop's own wallpaper is drawn, not a file"})
-    return file_response(path, mimetypes.guess_type(path)[0] or "application/octet-stream")
+    if path and os.path.isfile(path):
+        return file_response(path, mimetypes.guess_type(path)[0] or "application/octet-stream")
+    if os.environ.get("SANDBOX_DESKTOP_PLAIN") == "1" or not os.path.isfile(LOOK):
+        raise HttpError(404, {"error": "no wallpaper: a plain desktop"})
+    return Response(200, png(own_wallpaper()), "image/png")
+
+
+def own_wallpaper() -> Image.Image:
+    """The image's gradient wallpaper at the screen's size, drawn as look.py draws it."""
+    spec = importlib.util.spec_from_file_location("sandbox_desktop_look", LOOK)
+    assert spec is not None and spec.loader is not None
+    look = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(look)
+    with connection() as d:
+        width, height = d.screen().width_in_pixels, d.screen().height_in_pixels
+    column = Image.new("RGB", (1, height))
+    for y in range(height):
+        pixel = look.blend(y / max(1, height - 1))
+        column.putpixel((0, y), ((pixel >> 16) & 0xFF, (pixel >> 8) & 0xFF, pixel & 0xFF))
+    return column.resize((width, height), Image.Resampling.NEAREST)
