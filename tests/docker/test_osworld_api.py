@@ -254,3 +254,27 @@ def test_unknown_routes_and_bad_bodies(api: httpx.Client) -> None:
     assert api.get("/execute").status_code == 405
     bad = api.post("/execute", content=b"not json", headers={"Content-Type": "application/json"})
     assert bad.status_code == 400 and json.loads(bad.text)["status"] == "error"
+
+
+def test_a_task_started_chrome_answers_devtools_through_a_preview_of_9222(server: Server, desktop: str) -> None:
+    """As OSWorld's chrome setups do: google-chrome with DevTools on 1337, socat forwarding 9222 to it; the harness
+    then reaches 9222 (on a desktop it is the user's port, not the platform's)."""
+    base = f"{server.url}/v1/sandboxes/{desktop}/ports/{API_PORT}"
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as api:
+        for command in (
+            ["google-chrome", "--remote-debugging-port=1337"],
+            "socat tcp-listen:9222,fork tcp:localhost:1337",
+        ):
+            assert api.post("/setup/launch", json={"command": command, "shell": False}).status_code == 200
+    devtools = f"{server.url}/v1/sandboxes/{desktop}/ports/9222"
+    with httpx.Client(base_url=devtools, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as cdp:
+
+        def answers() -> bool:
+            try:
+                return cdp.get("/json/version").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(answers, within=60, what="Chromium's DevTools answering through the preview of 9222")
+        version = cdp.get("/json/version").json()
+        assert version["Browser"].startswith("Chrome/") and "webSocketDebuggerUrl" in version
