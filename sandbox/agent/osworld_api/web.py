@@ -147,7 +147,7 @@ class ApiServer(ThreadingHTTPServer):
 
 class _RequestHandler(BaseHTTPRequestHandler):
     server: ApiServer
-    server_version = "Werkzeug/3.0 sandbox-osworld-api"
+    server_version = "sandbox-osworld-api"
 
     def do_GET(self) -> None:
         self._dispatch()
