@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sandbox.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from sandbox.errors import CapacityExhausted, FailedPrecondition, NotFound, SandboxError, Unavailable
@@ -37,7 +37,36 @@ from sandbox.service import Principal
 from sandbox.service.records import SANDBOXES
 
 if TYPE_CHECKING:
-    from sandbox.operator.sandboxes import SandboxMirror
+    import logging
+    from collections import Counter
+
+    from sandbox.backends.kubernetes.api import KubeApi
+    from sandbox.operator.informer import Informer
+    from sandbox.operator.settings import OperatorSettings
+    from sandbox.service import SandboxService
+
+
+class Mirror(Protocol):
+    """What the declared objects take from the mirror of Sandbox objects (``sandboxes.SandboxMirror``), which holds
+    them: named here so that neither module imports the other."""
+
+    service: SandboxService
+    settings: OperatorSettings
+    owner: str
+    operator: Principal
+    log: logging.Logger
+    objects: Informer | None
+    writes: Counter[str]
+
+    def spawn(self, work: Awaitable[None]) -> None: ...
+    def api(self) -> KubeApi: ...
+    def path(self, name: str | None = None, sub: str | None = None) -> str: ...
+    def note(self, obj: dict[str, Any]) -> None: ...
+    async def drop_finalizer(self, name: str) -> None: ...
+    def status_of(
+        self, doc: dict[str, Any], obj: dict[str, Any], *, extra: tuple[dict[str, Any], ...] = ()
+    ) -> dict[str, Any]: ...
+    def ownership(self, doc: dict[str, Any], obj: dict[str, Any]) -> Awaitable[None] | None: ...
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +79,7 @@ async def _all(writes: list[Awaitable[None]]) -> None:
 
 
 class DeclaredSandboxes:
-    def __init__(self, mirror: SandboxMirror) -> None:
+    def __init__(self, mirror: Mirror) -> None:
         self.mirror = mirror
         self.creating: dict[str, asyncio.Task[None]] = {}
         """Object uid -> its create, under way."""
