@@ -158,3 +158,4 @@ link_cli
 generate_stubs
 bash "$ROOT/scripts/venv_swerex.sh" # .venv-swerex: swe-rex 1.4.0 for tests/compat (docs/compat.md)
 build_images
+bash "$ROOT/scripts/venv_osworld.sh"  # .venv-osworld: OSWorld's harness for tests/compat (docs/compat.md)
