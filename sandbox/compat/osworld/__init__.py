@@ -13,12 +13,16 @@ sandbox as its machine.
 
 - :mod:`~sandbox.compat.osworld.env`: :func:`make_env` (how ``DesktopEnv`` is handed this provider)
 - :mod:`~sandbox.compat.osworld.provider`: :class:`PlatformProvider`, :class:`PlatformVMManager`, :class:`Ports`
+- :mod:`~sandbox.compat.osworld.cache`: :func:`seed_download_cache` (a task's downloads, offline)
+- :mod:`~sandbox.compat.osworld.runner`: ``python -m sandbox.compat.osworld``: task files through the harness,
+  scored by OSWorld and by the platform
 - :mod:`~sandbox.compat.osworld.forward`: loopback ports relayed to sandbox ports through the preview route
 
 Nothing here imports ``desktop_env`` until :func:`make_env` is called: the base install does not need it
 (``pip install 'sandbox[osworld]'`` adds it). See docs/compat.md.
 """
 
+from sandbox.compat.osworld.cache import cached_files, download_cache_name, seed_download_cache
 from sandbox.compat.osworld.env import PROVIDER_NAME, install_hook, make_env, providing
 from sandbox.compat.osworld.forward import Forwarder, Upstream, shared_forwarder
 from sandbox.compat.osworld.provider import PlatformProvider, PlatformVMManager, Ports
@@ -30,8 +34,11 @@ __all__ = [
     "PlatformVMManager",
     "Ports",
     "Upstream",
+    "cached_files",
+    "download_cache_name",
     "install_hook",
     "make_env",
     "providing",
+    "seed_download_cache",
     "shared_forwarder",
 ]
