@@ -18,6 +18,7 @@ SECTION_NAMES = (
     "density",
     "games",
     "tasks",
+    "osworld",
     "k8s-scale",
 )
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

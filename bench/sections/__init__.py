@@ -13,6 +13,7 @@ from bench.sections import (
     games,
     k8s_scale,
     observe,
+    osworld,
     preview,
     reset,
     step,
@@ -34,5 +35,6 @@ SECTIONS: dict[str, Section] = {
     "density": density.run,
     "games": games.run,
     "tasks": tasks.run,
+    "osworld": osworld.run,
     "k8s-scale": k8s_scale.run,
 }
