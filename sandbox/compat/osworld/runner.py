@@ -142,11 +142,14 @@ def run_task(env: Any, task_file: Path, run: str, fixtures: Fixtures, cache: Pat
     }
 
 
-def bench_task(env: Any, task_file: Path, fixtures: Fixtures, cache: Path, samples: int) -> dict[str, Any]:
-    """``samples`` times: ``reset`` to the task, then one ``step`` (the solution's first action, no pause)."""
+def bench_task(
+    env: Any, task_file: Path, fixtures: Fixtures, cache: Path, samples: int, action: str | None = None
+) -> dict[str, Any]:
+    """``samples`` times: ``reset`` to the task, then one ``step`` (``action``, else the solution's first one; no
+    pause)."""
     config: dict[str, Any] = json.loads(task_file.read_text(encoding="utf-8"))
     seed_download_cache(config, cache, fixtures)
-    action = solution_actions(task_file)[0]
+    action = action or solution_actions(task_file)[0]
     resets, steps = [], []
     for _ in range(samples):
         started = time.monotonic()
@@ -171,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=800)
     parser.add_argument("--bench", type=int, default=0, metavar="N", help="time N resets + steps of the first task")
+    parser.add_argument("--bench-action", help="the step --bench times (default: the solution's first action)")
     parser.add_argument("tasks", nargs="+", type=Path)
     args = parser.parse_args(argv)
     runs = [r for r in args.runs.split(",") if r]
@@ -189,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         emit({"event": "started", "sandbox": env.path_to_vm, "start_s": round(time.monotonic() - started, 3)})
         try:
             if args.bench:
-                emit(bench_task(env, args.tasks[0], fixtures, Path(cache), args.bench))
+                emit(bench_task(env, args.tasks[0], fixtures, Path(cache), args.bench, args.bench_action))
                 return 0
             for task_file in args.tasks:
                 for run in runs:
