@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
+import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from sandbox.client import Client, Sandbox
 from sandbox.compat.osworld.cache import seed_download_cache
@@ -161,8 +163,9 @@ def bench_task(
     return {"bench": config["id"], "reset_s": resets, "step_s": steps, "action": action}
 
 
-def emit(line: Mapping[str, Any]) -> None:
-    print(json.dumps(line), flush=True)
+def emit(line: Mapping[str, Any], out: TextIO) -> None:
+    out.write(json.dumps(line) + "\n")
+    out.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if set(runs) - set(RUNS):
         parser.error(f"--runs takes {', '.join(RUNS)}")
     fixtures = Fixtures.load(args.tasks[0].parent)
-    with Client(args.target, token=args.token) as client, tempfile.TemporaryDirectory() as cache:
+    out = sys.stdout  # the JSON lines; desktop_env's own prints go to stderr
+    with contextlib.redirect_stdout(sys.stderr), _session(args.target, args.token) as (client, cache):
         started = time.monotonic()
         env = make_env(
             client,
@@ -190,17 +194,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             cache_dir=cache,
             screen_size=(args.width, args.height),
         )
-        emit({"event": "started", "sandbox": env.path_to_vm, "start_s": round(time.monotonic() - started, 3)})
+        emit({"event": "started", "sandbox": env.path_to_vm, "start_s": round(time.monotonic() - started, 3)}, out)
         try:
             if args.bench:
-                emit(bench_task(env, args.tasks[0], fixtures, Path(cache), args.bench, args.bench_action))
+                emit(bench_task(env, args.tasks[0], fixtures, Path(cache), args.bench, args.bench_action), out)
                 return 0
             for task_file in args.tasks:
                 for run in runs:
                     try:
-                        emit(run_task(env, task_file, run, fixtures, Path(cache), pause=args.pause))
+                        emit(run_task(env, task_file, run, fixtures, Path(cache), pause=args.pause), out)
                     except Exception as e:  # reported; the next run goes on (its reset starts afresh)
-                        emit({"task": task_file.stem, "run": run, "error": f"{type(e).__name__}: {e}"})
+                        emit({"task": task_file.stem, "run": run, "error": f"{type(e).__name__}: {e}"}, out)
         finally:
             env.close()
     return 0
+
+
+@contextlib.contextmanager
+def _session(target: str | None, token: str | None) -> Iterator[tuple[Client, str]]:
+    with Client(target, token=token) as client, tempfile.TemporaryDirectory() as cache:
+        yield client, cache
