@@ -88,9 +88,24 @@ class Forwarder:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5)
 
+    async def _cancel_relays(self) -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     @property
     def ports(self) -> list[int]:
         return sorted(self._servers)
+
+    def stop(self) -> None:
+        """Close every listener and end the loop's thread (the shared forwarder lives as long as its process)."""
+        for port in self.ports:
+            self.close(port)
+        self._call(self._cancel_relays())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
 
 
 _shared: Forwarder | None = None
