@@ -2,11 +2,11 @@
 
 A real control plane (with a token: the preview forwarders trade tickets for cookies) and
 ``python -m sandbox.compat.osworld`` run in .venv-osworld (scripts/venv_osworld.sh), which builds ``DesktopEnv``
-with ``sandbox.compat.osworld.make_env`` and, for each task in tasks/osworld, does OSWorld's ``reset(task)`` (its
-setup controller, over the in-VM API through the forwarders; downloads from desktop-env's own cache, seeded from
-the tasks' fixtures), ``step`` with the reference solution (solved) or one ``WAIT`` (unsolved), and OSWorld's
-``evaluate()``; then the platform's task layer scores the same end
-state. Both must agree, and be 1 for the solved run and 0 for the unsolved one.
+with ``sandbox.compat.osworld.make_env`` (two at once, in threads) and, for each task in tasks/osworld, does
+OSWorld's ``reset(task)`` (its setup controller, over the in-VM API through the forwarders; downloads from
+desktop-env's own cache, seeded from the tasks' fixtures), ``step`` with the reference solution (solved) or one
+``WAIT`` (unsolved), and OSWorld's ``evaluate()``; then the platform's task layer scores the same end state.
+Both must agree, and be 1 for the solved run and 0 for the unsolved one.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ TASKS = sorted((ROOT / "tasks" / "osworld").glob("*.json"))
 OW_OWNER = f"{OWNER}-osworld"
 OW_SOCKET_ROOT = f"/run/sbx-test-{RUN_ID}-osworld"
 TOKEN = "osworld-harness-token"
-DRIVER_TIMEOUT_S = 600
+DRIVER_TIMEOUT_S = 500
+PARALLEL = 2
+"""Environments at once, each a desktop sandbox reset from task to task (as OSWorld's parallel runners run)."""
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +77,11 @@ def test_there_are_enough_osworld_tasks() -> None:
         assert path.with_name(path.stem + ".solution.jsonl").is_file(), f"{path.name} has no reference solution"
 
 
+@pytest.mark.timeout(DRIVER_TIMEOUT_S + 60)
 def test_osworld_rewards_agree_with_the_platform_on_solved_and_unsolved_runs(server: ServerProcess) -> None:
     lines = run_driver(server, TASKS)
+    started = [line for line in lines if line.get("event") == "started"]
+    assert len({line["sandbox"] for line in started}) == PARALLEL, lines
     runs = [line for line in lines if "run" in line]
     by_key = {(line["task"], line["run"]): line for line in runs}
     problems = []

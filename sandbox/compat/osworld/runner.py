@@ -3,8 +3,9 @@
 
     .venv-osworld/bin/python -m sandbox.compat.osworld --target 127.0.0.1:50051 tasks/osworld/*.json
 
-One ``DesktopEnv`` (one desktop sandbox) serves every task, reset between runs. For each task and run
-(``solved``: the reference solution beside it, ``<task>.solution.jsonl``, its pyautogui code and
+One ``DesktopEnv`` (one desktop sandbox) serves many tasks, reset between runs; ``--parallel N`` runs N
+environments at once from this process, one thread each (as OSWorld's parallel runners do), sharing the runs.
+For each task and run (``solved``: the reference solution beside it, ``<task>.solution.jsonl``, its pyautogui code and
 ``WAIT``/``DONE``/``FAIL`` given to ``step``; ``unsolved``: one ``WAIT``) it prints one JSON line: both rewards and
 the time ``reset``, the steps and ``evaluate`` took. The files tasks download come from their fixtures (the
 ``fixtures/`` folder beside them) through desktop-env's own cache (:mod:`.cache`): nothing is fetched.
@@ -21,10 +22,12 @@ import asyncio
 import base64
 import contextlib
 import json
+import queue
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -163,11 +166,6 @@ def bench_task(
     return {"bench": config["id"], "reset_s": resets, "step_s": steps, "action": action}
 
 
-def emit(line: Mapping[str, Any], out: TextIO) -> None:
-    out.write(json.dumps(line) + "\n")
-    out.flush()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.compat.osworld", description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", help="the control plane's gRPC address (SANDBOX_TARGET)")
@@ -178,39 +176,81 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=800)
     parser.add_argument("--bench", type=int, default=0, metavar="N", help="time N resets + steps of the first task")
     parser.add_argument("--bench-action", help="the step --bench times (default: the solution's first action)")
+    parser.add_argument("--parallel", type=int, default=1, help="environments at once, one thread each")
     parser.add_argument("tasks", nargs="+", type=Path)
     args = parser.parse_args(argv)
     runs = [r for r in args.runs.split(",") if r]
     if set(runs) - set(RUNS):
         parser.error(f"--runs takes {', '.join(RUNS)}")
     fixtures = Fixtures.load(args.tasks[0].parent)
-    out = sys.stdout  # the JSON lines; desktop_env's own prints go to stderr
-    with contextlib.redirect_stdout(sys.stderr), _session(args.target, args.token) as (client, cache):
-        started = time.monotonic()
-        env = make_env(
-            client,
-            action_space="pyautogui",
-            require_a11y_tree=False,
-            cache_dir=cache,
-            screen_size=(args.width, args.height),
-        )
-        emit({"event": "started", "sandbox": env.path_to_vm, "start_s": round(time.monotonic() - started, 3)}, out)
-        try:
-            if args.bench:
-                emit(bench_task(env, args.tasks[0], fixtures, Path(cache), args.bench, args.bench_action), out)
-                return 0
-            for task_file in args.tasks:
-                for run in runs:
-                    try:
-                        emit(run_task(env, task_file, run, fixtures, Path(cache), pause=args.pause), out)
-                    except Exception as e:  # reported; the next run goes on (its reset starts afresh)
-                        emit({"task": task_file.stem, "run": run, "error": f"{type(e).__name__}: {e}"}, out)
-        finally:
-            env.close()
+    out = _Lines(sys.stdout)  # the JSON lines; desktop_env's own prints go to stderr
+    with contextlib.redirect_stdout(sys.stderr), Client(args.target, token=args.token) as client:
+        if args.bench:
+            _worker(client, args, fixtures, out, queue.SimpleQueue(), runs)
+            return 0
+        work: queue.SimpleQueue[tuple[Path, str]] = queue.SimpleQueue()
+        for task_file in args.tasks:
+            for run in runs:
+                work.put((task_file, run))
+        workers = [
+            threading.Thread(target=_worker, args=(client, args, fixtures, out, work, runs), name=f"env-{i}")
+            for i in range(max(1, args.parallel))
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
     return 0
 
 
-@contextlib.contextmanager
-def _session(target: str | None, token: str | None) -> Iterator[tuple[Client, str]]:
-    with Client(target, token=token) as client, tempfile.TemporaryDirectory() as cache:
-        yield client, cache
+class _Lines:
+    """JSON lines to one stream, whole, from many threads."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def emit(self, line: Mapping[str, Any]) -> None:
+        with self.lock:
+            self.stream.write(json.dumps(line) + "\n")
+            self.stream.flush()
+
+
+def _worker(
+    client: Client,
+    args: argparse.Namespace,
+    fixtures: Fixtures,
+    out: _Lines,
+    work: queue.SimpleQueue[tuple[Path, str]],
+    runs: list[str],
+) -> None:
+    """One environment (one sandbox), built in this thread, taking runs from ``work`` until it is empty."""
+    with tempfile.TemporaryDirectory() as cache:
+        started = time.monotonic()
+        try:
+            env = make_env(
+                client,
+                action_space="pyautogui",
+                require_a11y_tree=False,
+                cache_dir=cache,
+                screen_size=(args.width, args.height),
+            )
+        except Exception as e:
+            out.emit({"event": "failed to start", "error": f"{type(e).__name__}: {e}"})
+            return
+        out.emit({"event": "started", "sandbox": env.path_to_vm, "start_s": round(time.monotonic() - started, 3)})
+        try:
+            if args.bench:
+                out.emit(bench_task(env, args.tasks[0], fixtures, Path(cache), args.bench, args.bench_action))
+                return
+            while True:
+                try:
+                    task_file, run = work.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    out.emit(run_task(env, task_file, run, fixtures, Path(cache), pause=args.pause))
+                except Exception as e:  # reported; the next run goes on (its reset starts afresh)
+                    out.emit({"task": task_file.stem, "run": run, "error": f"{type(e).__name__}: {e}"})
+        finally:
+            env.close()
