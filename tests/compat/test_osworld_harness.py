@@ -81,7 +81,8 @@ def test_there_are_enough_osworld_tasks() -> None:
 def test_osworld_rewards_agree_with_the_platform_on_solved_and_unsolved_runs(server: ServerProcess) -> None:
     lines = run_driver(server, TASKS)
     started = [line for line in lines if line.get("event") == "started"]
-    assert len({line["sandbox"] for line in started}) == PARALLEL, lines
+    events = [line for line in lines if "event" in line]
+    assert len({line["sandbox"] for line in started}) == PARALLEL, f"environments started: {events}"
     runs = [line for line in lines if "run" in line]
     by_key = {(line["task"], line["run"]): line for line in runs}
     problems = []

@@ -70,6 +70,7 @@ def make_env(
     spec: Mapping[str, Any] | None = None,
     ports: Ports | None = None,
     ready_timeout_s: float = 180.0,
+    create_wait_s: float = 120.0,
     path_to_vm: str | None = None,
     delete_on_stop: bool = False,
     **desktop_env_kwargs: Any,
@@ -77,6 +78,7 @@ def make_env(
     """A ``desktop_env.DesktopEnv`` whose machine is a sandbox of this platform.
 
     ``client``: the SDK's :class:`~sandbox.client.Client` (thread-safe: many environments may share it).
+    ``create_wait_s``: how long the create may queue for capacity on a full host (0: fail at once).
     ``path_to_vm``: an existing sandbox's id to attach to (else a new ``kind`` sandbox is created with ``spec``).
     ``desktop_env_kwargs`` go to ``DesktopEnv`` as they are (``action_space``, ``screen_size``,
     ``require_a11y_tree``, ``cache_dir``, ``client_password``, ...); ``provider_name`` is not one of them."""
@@ -88,6 +90,7 @@ def make_env(
         spec=dict(spec or {}),
         ports=ports or Ports(),
         ready_timeout_s=ready_timeout_s,
+        create_wait_s=create_wait_s,
         delete_on_stop=delete_on_stop,
     )
     manager = PlatformVMManager(provider)

@@ -110,14 +110,16 @@ class PlatformProvider:
 
     ``spec`` is passed to ``client.create`` (image, resources, ttl_s, ...); ``screen`` comes from ``DesktopEnv``'s
     ``screen_size`` unless ``spec`` sets it. ``ready_timeout_s`` bounds the wait for the in-VM API after a start or a
-    revert. ``delete_on_stop``: whether ``DesktopEnv.close`` deletes a sandbox it attached to (one it created is
-    always deleted)."""
+    revert; ``create_wait_s`` how long a create may queue for capacity (docs/capacity.md) when the host is full, as
+    OSWorld's parallel runners start many at once. ``delete_on_stop``: whether ``DesktopEnv.close`` deletes a
+    sandbox it attached to (one it created is always deleted)."""
 
     client: Client
     kind: str = "desktop"
     spec: Mapping[str, Any] = field(default_factory=dict)
     ports: Ports = field(default_factory=Ports)
     ready_timeout_s: float = 180.0
+    create_wait_s: float = 120.0
     delete_on_stop: bool = False
     forwarder: Forwarder = field(default_factory=shared_forwarder)
     region: str | None = None
@@ -133,7 +135,7 @@ class PlatformProvider:
         spec = dict(self.spec)
         if screen_size is not None and "screen" not in spec:
             spec["screen"] = {"width": int(screen_size[0]), "height": int(screen_size[1])}
-        self.sandbox = self.client.create(self.kind, **spec)
+        self.sandbox = self.client.create(self.kind, wait_s=self.create_wait_s, **spec)
         self.created = True
         return self.sandbox.id
 
