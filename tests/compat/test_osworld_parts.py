@@ -207,3 +207,16 @@ def test_the_hook_hands_the_pair_only_to_the_thread_building_it(fake_desktop_env
 def test_make_env_refuses_a_provider_name() -> None:
     with pytest.raises(TypeError, match="provider_name"):
         env.make_env(None, provider_name="docker")  # type: ignore[arg-type]
+
+
+def test_a_credential_that_fails_is_a_502_naming_it() -> None:
+    def broken() -> list[tuple[bytes, bytes]]:
+        raise RuntimeError("sandbox sb-desk-1 not found")
+
+    forwarder = Forwarder()
+    try:
+        port = forwarder.open(Upstream("127.0.0.1", 1, False, PREFIX, broken))
+        answer = _exchange(port, b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", b"not found")
+        assert answer.startswith(b"HTTP/1.1 502 Bad Gateway") and b"sandbox sb-desk-1 not found" in answer
+    finally:
+        forwarder.stop()

@@ -161,14 +161,15 @@ async def _relay(upstream: Upstream, reader: asyncio.StreamReader, writer: async
             head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             return
-        extra = await asyncio.to_thread(upstream.credential)
+        try:
+            extra = await asyncio.to_thread(upstream.credential)
+        except Exception as e:  # the SDK's error (a deleted sandbox, a dead control plane): told to the caller
+            await _answer(writer, 502, f"the OSWorld forwarder could not open the preview: {e}")
+            return
         try:
             new_head, _ = rewrite_head(head, upstream, extra)
         except ValueError as e:
-            body = f"the OSWorld forwarder cannot relay this: {e}\n".encode()
-            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n")
-            writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-            await writer.drain()
+            await _answer(writer, 400, f"the OSWorld forwarder cannot relay this: {e}")
             return
         context = ssl.create_default_context() if upstream.tls else None
         up_reader, up_writer = await asyncio.open_connection(upstream.host, upstream.port, ssl=context, limit=CHUNK)
@@ -183,6 +184,14 @@ async def _relay(upstream: Upstream, reader: asyncio.StreamReader, writer: async
                 w.close()
                 with contextlib.suppress(Exception):
                     await w.wait_closed()
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, message: str) -> None:
+    body = (message + "\n").encode()
+    reason = b"Bad Request" if status == 400 else b"Bad Gateway"
+    writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\n" % (status, reason))
+    writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
 
 
 async def _pipe_both(
