@@ -49,26 +49,19 @@ def server(docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPath
             print(process.log_tail())
 
 
-def run_driver(server: ServerProcess, tasks: list[Path], runs: str = "solved,unsolved") -> list[dict[str, Any]]:
+def run_driver(
+    server: ServerProcess, tasks: list[Path], out: Path, runs: str = "solved,unsolved"
+) -> list[dict[str, Any]]:
     if not VENV_PYTHON.exists():
         pytest.fail(f"{VENV_PYTHON} is missing: make it with `bash scripts/venv_osworld.sh` (make setup runs it)")
-    argv = [
-        str(VENV_PYTHON),
-        "-m",
-        "sandbox.compat.osworld",
-        "--target",
-        server.grpc_target,
-        "--token",
-        TOKEN,
-        "--runs",
-        runs,
-    ]
+    argv = [str(VENV_PYTHON), "-m", "sandbox.compat.osworld", "--target", server.grpc_target, "--token", TOKEN]
+    argv += ["--runs", runs, "--parallel", str(PARALLEL), "--out", str(out)]
     done = subprocess.run(
         [*argv, *map(str, tasks)], capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, cwd=ROOT, check=False
     )
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0, f"the driver failed ({done.returncode}):\n{done.stderr[-4000:]}"
-    return lines
+    print(done.stderr[-20000:])  # desktop_env's log, shown with a failure
+    assert done.returncode == 0, f"the runner failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    return [json.loads(line) for line in out.read_text().splitlines()]
 
 
 def test_there_are_enough_osworld_tasks() -> None:
@@ -78,8 +71,10 @@ def test_there_are_enough_osworld_tasks() -> None:
 
 
 @pytest.mark.timeout(DRIVER_TIMEOUT_S + 60)
-def test_osworld_rewards_agree_with_the_platform_on_solved_and_unsolved_runs(server: ServerProcess) -> None:
-    lines = run_driver(server, TASKS)
+def test_osworld_rewards_agree_with_the_platform_on_solved_and_unsolved_runs(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    lines = run_driver(server, TASKS, tmp_path / "runs.jsonl")
     started = [line for line in lines if line.get("event") == "started"]
     events = [line for line in lines if "event" in line]
     assert len({line["sandbox"] for line in started}) == PARALLEL, f"environments started: {events}"

@@ -177,30 +177,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bench", type=int, default=0, metavar="N", help="time N resets + steps of the first task")
     parser.add_argument("--bench-action", help="the step --bench times (default: the solution's first action)")
     parser.add_argument("--parallel", type=int, default=1, help="environments at once, one thread each")
+    parser.add_argument("--out", type=Path, help="write the JSON lines to this file (default: stdout)")
     parser.add_argument("tasks", nargs="+", type=Path)
     args = parser.parse_args(argv)
     runs = [r for r in args.runs.split(",") if r]
     if set(runs) - set(RUNS):
         parser.error(f"--runs takes {', '.join(RUNS)}")
     fixtures = Fixtures.load(args.tasks[0].parent)
-    out = _Lines(sys.stdout)  # the JSON lines; desktop_env's own prints go to stderr
-    with contextlib.redirect_stdout(sys.stderr), Client(args.target, token=args.token) as client:
-        if args.bench:
-            _worker(client, args, fixtures, out, queue.SimpleQueue(), runs)
-            return 0
-        work: queue.SimpleQueue[tuple[Path, str]] = queue.SimpleQueue()
+    with contextlib.ExitStack() as stack:
+        stream = stack.enter_context(args.out.open("w", encoding="utf-8")) if args.out else sys.stdout
+        stack.enter_context(contextlib.redirect_stdout(sys.stderr))  # desktop_env's own prints
+        client = stack.enter_context(Client(args.target, token=args.token))
+        _run(client, args, fixtures, _Lines(stream), runs)
+    return 0
+
+
+def _run(client: Client, args: argparse.Namespace, fixtures: Fixtures, out: _Lines, runs: list[str]) -> None:
+    """The runs shared by ``--parallel`` environments (threads), or ``--bench`` in one."""
+    work: queue.SimpleQueue[tuple[Path, str]] = queue.SimpleQueue()
+    if not args.bench:
         for task_file in args.tasks:
             for run in runs:
                 work.put((task_file, run))
-        workers = [
-            threading.Thread(target=_worker, args=(client, args, fixtures, out, work, runs), name=f"env-{i}")
-            for i in range(max(1, args.parallel))
-        ]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-    return 0
+    count = 1 if args.bench else max(1, args.parallel)
+    workers = [
+        threading.Thread(target=_worker, args=(client, args, fixtures, out, work, runs), name=f"env-{i}")
+        for i in range(count)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
 
 
 class _Lines:
