@@ -148,6 +148,12 @@ class Backend(abc.ABC):
         (``engine_gate.EngineGate.pressure``). Cheap and non-blocking: no engine call. None here."""
         return None
 
+    def isolation(self) -> tuple[str, str] | None:
+        """(state, detail) of the backend's own check that the cluster enforces the sandboxes' network isolation, for
+        the metrics to report; None when the backend makes none (Docker applies its networks itself). Cheap: the
+        check's last result, no call."""
+        return None
+
     async def host_facts(
         self, *, memory_mb: float | None = None, cpus: float | None = None, pids: int | None = None
     ) -> HostFacts | None:

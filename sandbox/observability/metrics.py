@@ -168,6 +168,13 @@ class Metrics:
             ["tenant", "reason"],
             registry=r,
         )
+        self.isolation = Gauge(
+            "sandbox_network_isolation",
+            "1 for the state of the backend's check that the cluster enforces NetworkPolicies (enforced, not_enforced, "
+            "unknown, pending, off); no series when the backend makes no such check (Docker).",
+            ["state"],
+            registry=r,
+        )
         self.leader = Gauge(
             "sandbox_lifecycle_leader",
             "1 while this replica leads the background work (pools, health, expiry, reconciliation).",
@@ -216,6 +223,12 @@ class Metrics:
 
     def refused(self, tenant: str, reason: str) -> None:
         self.refusals.labels(tenant, reason).inc()
+
+    def set_isolation(self, isolation: tuple[str, str] | None) -> None:
+        """The scrape-time isolation gauge: one series, the check's state, at 1 (none without a check)."""
+        self.isolation.clear()
+        if isolation is not None:
+            self.isolation.labels(isolation[0]).set(1)
 
     def set_capacity(
         self, uses: dict[str, dict[str, float]], tenants: dict[str, dict[str, float]], waiting: int

@@ -158,6 +158,7 @@ class Leases:
         self.metrics.set_fleet(counts, await self.pools.stats())
         uses, tenants = self.admission.gauges()
         self.metrics.set_capacity(uses, tenants, len(self.admission.queue))
+        self.metrics.set_isolation(self.provisioner.backend.isolation())
 
     @timed("delete")
     async def delete(self, principal: Principal, sandbox_id: str) -> None:

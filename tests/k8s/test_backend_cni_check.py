@@ -49,6 +49,7 @@ async def test_a_cluster_that_does_not_enforce_policies_is_reported(
         result = backend.network_policy_check
         assert result.state is Enforcement.NOT_ENFORCED, result.detail
         assert "sandboxes are NOT isolated" in result.detail and result.checked_at is not None
+        assert backend.isolation() == ("not_enforced", result.detail)  # what the metrics report
         errors = [r for r in caplog.records if r.levelno == logging.ERROR]
         assert any("NetworkPolicy enforcement: not_enforced" in r.getMessage() for r in errors)
         await eventually(lambda: _nothing_left(kube), 30, "the probe's pods and secrets removed")

@@ -122,6 +122,10 @@ class KubernetesBackend(Backend):
         """Whether the cluster enforces NetworkPolicies, as the start's self-check found (cni_check.py)."""
         return self.cni.result
 
+    def isolation(self) -> tuple[str, str] | None:
+        result = self.cni.result
+        return result.state.value, result.detail
+
     def _probe_agent(self, ip: str, token: str) -> AgentClient:
         return AgentClient.tcp(ip, self.config.agent_port, token=token, label="network policy probe")
 

@@ -237,3 +237,16 @@ def _epoch(ts: str) -> float:
 
 async def _ready(service: SandboxService, key: str, count: int) -> bool:
     return len(await service.store.items(key)) >= count
+
+
+async def test_network_isolation_is_reported_only_by_a_backend_that_checks_it(
+    service: SandboxService, api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "sandbox_network_isolation{" not in (await api.get("/metrics")).text  # the fake backend checks nothing
+    backend = service.provisioner.backend
+    monkeypatch.setattr(backend, "isolation", lambda: ("not_enforced", "a probe pod connected to another"))
+    text = (await api.get("/metrics")).text
+    assert 'sandbox_network_isolation{state="not_enforced"} 1.0' in text
+    monkeypatch.setattr(backend, "isolation", lambda: ("enforced", "refused"))
+    text = (await api.get("/metrics")).text
+    assert 'sandbox_network_isolation{state="enforced"} 1.0' in text and '{state="not_enforced"}' not in text
