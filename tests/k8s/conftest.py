@@ -25,8 +25,13 @@ from sandbox.service import Principal, SandboxService
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.service.records import SANDBOXES
 from sandbox.store import EmbeddedStore
+from sandbox.testing.fake_kube import SUITE, FakeKube
 from tests.k8s import harness
 from tests.polling import eventually
+
+FakeKube.realism = SUITE
+"""Every fake API server of this suite behaves as a real one would (watch history expiring, bookmarks, 429s, Pod
+Security admission, node loss as Ready=False then eviction); managedFields are always there."""
 
 
 @pytest.fixture(scope="session", autouse=True)

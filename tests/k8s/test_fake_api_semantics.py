@@ -26,16 +26,26 @@ from sandbox.models import SandboxSpec
 from sandbox.testing.fake_kube import FakeKube
 from tests.k8s.fake_api_fixtures import NAMESPACE, sim_kube
 from tests.k8s.fake_api_fixtures import k8s_config as backend_config
+from tests.polling import eventually
 
 __all__ = ["sim_kube"]
 
 PODS = core_path(NAMESPACE, "pods")
 
 
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""What Pod Security "restricted" asks of a container (the suite's namespaces enforce it)."""
+
+
 def _pod(name: str, **labels: str) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "labels": {"app": "demo", **labels}},
-        "spec": {"containers": [{"name": "main", "image": "sandbox/terminal:latest"}]},
+        "spec": {"containers": [{"name": "main", "image": "sandbox/terminal:latest", "securityContext": RESTRICTED}]},
     }
 
 
@@ -257,11 +267,18 @@ async def test_simulated_nodes_spread_pods_and_a_lost_node_fails_its_pods(sim_ku
         nodes = {p["spec"]["nodeName"] for p in pods}
         assert nodes == {f"sim-node-{i}" for i in range(4)}
         assert await sim_kube.lose_node("sim-node-2") == 50
-        after = {i.id: i.state for i in await backend.list_instances()}
         lost = {p["metadata"]["labels"]["sandbox.instance"] for p in pods if p["spec"]["nodeName"] == "sim-node-2"}
-        assert {i for i, s in after.items() if s is RuntimeState.EXITED} == lost
-        await backend.set_claim(ids[0], {"id": "sb-term-1", "tenant": "alice"})
-        assert (await backend.claims()) == {ids[0]: {"id": "sb-term-1", "tenant": "alice"}}
+
+        async def evicted() -> bool:  # not Ready at once; evicted after the suite's eviction_s (1 s)
+            after = {i.id: i for i in await backend.list_instances()}
+            return {i for i, s in after.items() if s.state is RuntimeState.EXITED} == lost and all(
+                "its node was lost" in str(after[i].detail) for i in lost
+            )
+
+        await eventually(evicted, 10, "the lost node's pods evicted, and only them")
+        kept = next(i for i in ids if i not in lost)  # the lost node's pods are being garbage collected
+        await backend.set_claim(kept, {"id": "sb-term-1", "tenant": "alice"})
+        assert (await backend.claims()) == {kept: {"id": "sb-term-1", "tenant": "alice"}}
         with pytest.raises(NotFound):
             await backend.set_claim("in-term-nobody", {"id": "x"})
         for instance in ids:

@@ -51,6 +51,7 @@ from sandbox.backends.kubernetes.cni_check import CniCheck, PolicyCheck
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.backends.kubernetes.manifests import ANNOTATION_IMAGE, ARCHIVE_PREFIX, TOKEN_KEY
 from sandbox.backends.kubernetes.netpolicy import TenantPolicies, remove_legacy
+from sandbox.backends.kubernetes.pod_cache import PodCache
 from sandbox.backends.kubernetes.snapshots import ArchiveStore, restore_archive, take_archive
 from sandbox.backends.kubernetes.teardown import Teardown
 from sandbox.backends.kubernetes.volumes import ensure_volume
@@ -80,6 +81,8 @@ class KubernetesBackend(Backend):
         self._endpoints: dict[str, tuple[str, str]] = {}
         """Instance -> (pod IP, agent token): known for the pods this process created or reached once."""
         self._reported: dict[str, str] = {}
+        self.pod_cache = PodCache(self.api, self._pods(), selector=manifests.owner_selector(config), logger=_log)
+        """The owner's pods, listed once and then watched: what the listings below read (pod_cache.py)."""
 
     # ------------------------------------------------------------------ names, API
 
@@ -251,9 +254,7 @@ class KubernetesBackend(Backend):
         return found
 
     async def _owned_pods(self) -> list[dict[str, Any]]:
-        api = await self.api()
-        listing = await api.list(self._pods(), what="list pods", selector=manifests.owner_selector(self.config))
-        return list(listing.get("items") or [])
+        return await self.pod_cache.pods()
 
     def _described(self, pod: dict[str, Any]) -> BackendInstance:
         """The pod as an instance (``detail`` says why it is not running); the first time a pod is seen failed, say
@@ -341,6 +342,7 @@ class KubernetesBackend(Backend):
             task.cancel()  # the CNI check's clean-up (pods, policy) runs to its end first
         await asyncio.gather(*self._background, return_exceptions=True)
         await super().close()
+        await self.pod_cache.close()
         if self._api is not None:
             api, self._api = self._api, None
             await api.close()

@@ -83,6 +83,13 @@ class KubernetesConfig(BaseModel):
         "CapacityExhausted quoting it, the pod deleted. Long enough for a cluster autoscaler to add a node.",
     )
     api_timeout_s: float = Field(30.0, gt=0, description="Deadline of one call to the API server.")
+    api_qps: float = Field(
+        200.0,
+        ge=0,
+        description="Calls a second this replica makes to the API server at most, on average (a token bucket; "
+        "0: no limit). A 429 answer is retried after its Retry-After either way.",
+    )
+    api_burst: int = Field(400, ge=1, description="Calls at once above api_qps (the bucket's size).")
     runtime_class: str | None = Field(
         None, description="RuntimeClass of the pods (e.g. gvisor, kata); the cluster's default runtime if None."
     )

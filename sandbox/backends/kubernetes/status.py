@@ -12,6 +12,8 @@ phase Running, container restarted by the kubelet   EXITED       the new contain
                                                                  sandbox's files went with the old one
 phase Succeeded / Failed                            EXITED       incl. evicted (reason Evicted) and node lost
 phase Unknown, or reason NodeLost                   EXITED       the node stopped reporting
+condition DisruptionTarget (DeletionByTaintManager) EXITED       its node stopped reporting, and the taint eviction
+                                                                 deletes it (it may stay Terminating for long)
 being deleted (deletionTimestamp)                   EXITED       someone is removing it
 ==================================================  ===========  ==================================================
 
@@ -72,6 +74,11 @@ def judge(pod: dict[str, Any]) -> tuple[RuntimeState, int | None, str]:
     container = container_status(pod)
     code = _exit_code(container)
     said = f": {message}" if message else ""
+    disruption = _condition(pod, "DisruptionTarget")
+    if disruption is not None and disruption.get("status") == "True":
+        if disruption.get("reason") == "DeletionByTaintManager":
+            return RuntimeState.EXITED, code, f"its node was lost: the pod is evicted ({disruption.get('message')})"
+        return RuntimeState.EXITED, code, f"the pod is being disrupted ({disruption.get('reason')})"
     if pod.get("metadata", {}).get("deletionTimestamp"):
         return RuntimeState.EXITED, code, "the pod is being deleted"
     if phase == "Unknown" or reason == "NodeLost":
@@ -98,6 +105,13 @@ def judge(pod: dict[str, Any]) -> tuple[RuntimeState, int | None, str]:
     if "running" in state:
         return RuntimeState.RUNNING, None, "running"
     return RuntimeState.STARTING, None, pending_reason(pod)
+
+
+def _condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return None
 
 
 def describe(pod: dict[str, Any]) -> BackendInstance:

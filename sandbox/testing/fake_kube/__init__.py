@@ -19,9 +19,12 @@ kubernetes_asyncio client through a kubeconfig (not a mock of Python calls).
 - scheduler.py (``allocatable={"cpu": ..., "memory": ...}``, either mode): nodes of limited room; a pod that does
   not fit stays Pending, unschedulable, with the scheduler's condition and FailedScheduling Event, until a pod goes;
   quota.py: ResourceQuota objects refuse pod creates past them (403 "exceeded quota"); quantities.py: the sums;
-- harness.py: ``FakeKube``, the server in a thread of its own, its kubeconfig and the controls.
+- psa.py: Pod Security admission (403 "violates PodSecurity", in the plugin's words) in namespaces that enforce it;
+- harness.py: ``FakeKube``, the server in a thread of its own, its kubeconfig and the controls; ``Realism``: what a
+  real server does that tests must meet (history expiring: 410; bookmarks; 429 with Retry-After; Pod Security; node
+  loss as Ready=False, then eviction), all on in the k8s test suite (``SUITE``).
 """
 
-from sandbox.testing.fake_kube.harness import FakeKube
+from sandbox.testing.fake_kube.harness import SUITE, FakeKube, Realism
 
-__all__ = ["FakeKube"]
+__all__ = ["SUITE", "FakeKube", "Realism"]

@@ -1,22 +1,29 @@
 """The fake API server's HTTP side (aiohttp): the Kubernetes REST paths of the resources the store serves (the
 built-in ones of ``objects.RESOURCES`` and the custom ones of the CRDs created: ``/apis/<group>/<version>/...`` with
 their ``status`` and ``scale`` subresources), ``pods/log``, ``?watch=true`` streams (one JSON event a line), the
-discovery documents, bearer-token auth (401), RBAC refusals on demand (403) and the ResourceQuota admission of pods
-(403 "exceeded quota": quota.py), all errors as Status objects."""
+discovery documents, bearer-token auth (401), RBAC refusals on demand (403), the ResourceQuota admission of
+pods (403 "exceeded quota": quota.py) and Pod Security admission (403 "violates PodSecurity": psa.py), all errors as
+Status objects. Also as the real server: LISTs in pages (``limit``, ``continue``; served whole from the "watch
+cache" with ``resourceVersion=0``), watch bookmarks when asked (``allowWatchBookmarks``: every ``bookmark_s`` of
+quiet, and before a watch's timeout ends it), and API Priority and Fairness's answer to a client over its share:
+429 Too Many Requests with ``Retry-After`` (a token bucket of ``throttle`` = (qps, burst), or the next
+``throttle_next`` requests on demand)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from sandbox.testing.fake_kube import custom, quota
-from sandbox.testing.fake_kube.objects import ApiError, ObjectStore, merge_patch
+from sandbox.testing.fake_kube import custom, psa, quota
+from sandbox.testing.fake_kube.objects import MANAGER, ApiError, ObjectStore, merge_patch
 
 DISCOVERY = ("/api", "/apis", "/api/v1")
 VERSION = {
@@ -47,6 +54,17 @@ class FakeApi:
         """(method, path?query) of every request, for tests that count calls."""
         self._logs = logs
         self._delete_pod = delete_pod
+        self.bookmark_s = 60.0
+        """Quiet time after which a watch that asked for bookmarks gets one (the real server: about a minute)."""
+        self.throttle: tuple[float, int] | None = None
+        """(qps, burst) of all clients together, past which requests are answered 429 (None: never)."""
+        self.throttle_next = 0
+        """The next this many requests are answered 429, whatever the rate (a test's lever)."""
+        self.retry_after_s = 1
+        self.throttled = 0
+        """How many requests were answered 429."""
+        self._tokens = 0.0
+        self._tokens_at: float | None = None
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors])
@@ -82,15 +100,43 @@ class FakeApi:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
+        MANAGER.set(request.headers.get("User-Agent", "unknown").split("/")[0].split(" ")[0] or "unknown")
         try:
             if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            if self._over_share(request):
+                self.throttled += 1
+                error = ApiError(429, "TooManyRequests", "Too many requests, please try again later.")
+                body = error.status()
+                body["details"] = {"retryAfterSeconds": self.retry_after_s}
+                return web.json_response(body, status=429, headers={"Retry-After": str(self.retry_after_s)})
             return await handler(request)
         except ApiError as e:
             return web.json_response(e.status(), status=e.code)
         except web.HTTPNotFound:
             missing = ApiError(404, "NotFound", "the server could not find the requested resource")
             return web.json_response(missing.status(), status=404)
+
+    def _over_share(self, request: web.Request) -> bool:
+        """Whether API Priority and Fairness would reject the request now (discovery and /version never)."""
+        if request.path.rstrip("/") in DISCOVERY or request.path.startswith("/version"):
+            return False
+        if self.throttle_next > 0:
+            self.throttle_next -= 1
+            return True
+        if self.throttle is None:
+            return False
+        qps, burst = self.throttle
+        now = time.monotonic()
+        if self._tokens_at is None:
+            self._tokens = float(burst)
+        else:
+            self._tokens = min(float(burst), self._tokens + (now - self._tokens_at) * qps)
+        self._tokens_at = now
+        if self._tokens < 1.0:
+            return True
+        self._tokens -= 1.0
+        return False
 
     def _check(
         self, verb: str, resource: str, namespace: str | None = None, request: web.Request | None = None
@@ -178,6 +224,7 @@ class FakeApi:
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "the body must be an object")
             if resource == "pods":
+                psa.admit_pod(store.objects.get(("namespaces", "", namespace or "")), body)  # 403 PodSecurity
                 quota.admit_pod(store, namespace or "", body)  # 403 "exceeded quota", as the admission plugin
             created = store.create(resource, namespace or "", body)
             return web.json_response(created, status=201)
@@ -190,15 +237,40 @@ class FakeApi:
         if watching:
             return await self._watch(request, resource, namespace, labels, fields)
         stored, revision = store.list(resource, namespace, labels=labels, fields=fields, copies=False)
-        if "limit" in query and query["limit"].isdigit() and int(query["limit"]) > 0:
-            stored = stored[: int(query["limit"])]
+        stored, revision, token = self._page(stored, revision, query)
         # as the real server: list items carry no kind or apiVersion (the stored objects are serialized at once,
         # before anything else runs on this loop, so they need no copy)
         if resource in store.custom and _wants_table(request):
             return web.json_response(custom.table(store.custom[resource], stored, str(revision)))
         items = [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")} for obj in stored]
-        listing = {**self._list_kind(resource), "metadata": {"resourceVersion": str(revision)}, "items": items}
+        meta: dict[str, Any] = {"resourceVersion": str(revision)}
+        if token:
+            meta["continue"] = token
+        listing = {**self._list_kind(resource), "metadata": meta, "items": items}
         return web.json_response(listing)
+
+    def _page(self, stored: list[dict[str, Any]], revision: int, query: Any) -> tuple[list[dict[str, Any]], int, str]:
+        """One page of a listing: (its items, its resourceVersion, the continue token of the next, or "").
+        ``resourceVersion=0`` is served whole, as the real server serves it from its watch cache."""
+        limit = int(query["limit"]) if query.get("limit", "").isdigit() else 0
+        if query.get("continue"):
+            try:
+                state = json.loads(base64.b64decode(query["continue"]))
+                after, revision = str(state["after"]), int(state["rv"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise ApiError(400, "BadRequest", f"invalid continue token: {e}") from e
+            self.store.compact()
+            if revision < self.store.compacted:
+                raise ApiError(
+                    410, "Expired", "The provided continue parameter is too old to display a consistent list result. "
+                    "You can start a new list without the continue parameter.",
+                )  # fmt: skip
+            stored = [o for o in stored if _key(o) > after]
+        if limit <= 0 or query.get("resourceVersion") == "0" or len(stored) <= limit:
+            return stored, revision, ""
+        page = stored[:limit]
+        token = base64.b64encode(json.dumps({"after": _key(page[-1]), "rv": revision}).encode()).decode()
+        return page, revision, token
 
     async def _watch(
         self, request: web.Request, resource: str, namespace: str | None, labels: str, fields: str
@@ -215,12 +287,19 @@ class FakeApi:
             return response
         loop = asyncio.get_running_loop()
         give_up = loop.time() + timeout
+        bookmarks = request.query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        api_version, kind, _ = self.store.resources[resource]
         try:
             while (remaining := give_up - loop.time()) > 0:
+                wait = min(remaining, self.bookmark_s) if bookmarks else remaining
                 try:
-                    event = await asyncio.wait_for(watcher.queue.get(), remaining)
+                    event = await asyncio.wait_for(watcher.queue.get(), wait)
                 except TimeoutError:
-                    break
+                    if bookmarks:  # quiet, or the end: tell the watcher how far the history went
+                        rv = {"resourceVersion": str(self.store.revision)}
+                        mark = {"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": rv}}
+                        await response.write(json.dumps(mark).encode() + b"\n")
+                    continue
                 if event is None:
                     break
                 line = json.dumps({"type": event.type, "object": event.obj}, separators=(",", ":"))
@@ -320,6 +399,11 @@ class FakeApi:
         tail = request.query.get("tailLines")
         text = await self._logs(namespace, name, int(tail) if tail and tail.isdigit() else None)
         return web.Response(text=text, content_type="text/plain")
+
+
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _wants_table(request: web.Request) -> bool:

@@ -16,6 +16,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, TypeVar
 
@@ -35,9 +36,36 @@ T = TypeVar("T")
 Mode = Literal["realize", "simulate"]
 
 
+@dataclass(frozen=True)
+class Realism:
+    """What a real API server does that a test may not expect, each on or off. ``FakeKube.realism`` is the default of
+    every new server: the k8s test suite turns all of it on (tests/k8s/conftest.py); the bench leaves it off but for
+    managedFields, which are always there.
+
+    - ``history_s``: watch history kept (then 410 Gone for a watch from an older version); None: 20,000 events;
+    - ``bookmark_s``: quiet time before a bookmark to a watch that asked for them (the real server: ~60 s);
+    - ``throttle``: (qps, burst) of all clients together, past which requests get 429 with Retry-After;
+    - ``pod_security``: the level the namespaces it creates enforce (``pod-security.kubernetes.io/enforce``);
+    - ``eviction_s``: a lost node's pods are not Ready at once, evicted (deleted) after this (the real: 300 s).
+    """
+
+    history_s: float | None = None
+    bookmark_s: float = 60.0
+    throttle: tuple[float, int] | None = None
+    pod_security: str | None = None
+    eviction_s: float = 300.0
+
+
+SUITE = Realism(history_s=10.0, bookmark_s=1.0, throttle=(100.0, 200), pod_security="restricted", eviction_s=1.0)
+"""What the k8s test suite runs with: every behaviour on, its times short."""
+
+
 class FakeKube:
     """A fake Kubernetes API server. ``start()`` and ``close()`` block (Docker calls, a thread): from async code,
     call them through ``asyncio.to_thread``. ``call`` runs a function on the server's own event loop."""
+
+    realism = Realism()
+    """The default of every new server (see Realism)."""
 
     def __init__(
         self,
@@ -51,6 +79,7 @@ class FakeKube:
         agents: bool = False,
         validate: Validator | None = None,
         allocatable: dict[str, str] | None = None,
+        realism: Realism | None = None,
     ) -> None:
         """``token``: the bearer token callers must send; "" for none (kubectl sends no token over plain HTTP).
         ``agents`` (mode "simulate"): simulated pods get the simulated agent's address (sim_agent.py), so the control
@@ -68,6 +97,7 @@ class FakeKube:
         self.agents = agents
         self.validate = validate
         self.allocatable = allocatable
+        self.real = realism or FakeKube.realism
         self.scheduler: Scheduler | None = None
         self.sim_agent: SimAgent | None = None
         self.agent_port = 0
@@ -134,10 +164,11 @@ class FakeKube:
             self._loop.close()
 
     async def _setup(self) -> None:
-        self.store = store = ObjectStore()
+        self.store = store = ObjectStore(history_s=self.real.history_s)
         store.validate = self.validate
+        labels = {"pod-security.kubernetes.io/enforce": self.real.pod_security} if self.real.pod_security else {}
         for namespace in self.namespaces:
-            store.create("namespaces", "", {"metadata": {"name": namespace}})
+            store.create("namespaces", "", {"metadata": {"name": namespace, "labels": dict(labels)}})
         if self.mode == "realize":
             assert self._docker is not None
             self.kubelet = Realizer(
@@ -152,7 +183,8 @@ class FakeKube:
             if self.agents:
                 self.sim_agent = SimAgent(store)
                 self.agent_port = await self.sim_agent.start()
-            self.kubelet = Simulator(store, nodes=self.nodes, address=SIMULATED_IP if self.agents else None)
+            address = SIMULATED_IP if self.agents else None
+            self.kubelet = Simulator(store, nodes=self.nodes, address=address, eviction_s=self.real.eviction_s)
         self.kubelet.start()
         if self.allocatable is not None:
             kubelet = self.kubelet
@@ -160,6 +192,7 @@ class FakeKube:
             self.scheduler = Scheduler(store, nodes=nodes, allocatable=self.allocatable, lost=lost)
             self.scheduler.start(in_front_of=self.kubelet.on_pod)
         self.api = FakeApi(store, token=self.token, logs=self.kubelet.logs, delete_pod=self.kubelet.delete_pod)
+        self.api.bookmark_s, self.api.throttle = self.real.bookmark_s, self.real.throttle
         self._runner = web.AppRunner(self.api.app(), access_log=None, shutdown_timeout=2)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -239,16 +272,17 @@ class FakeKube:
         items, _ = await self.call(store.list, "pods", namespace or self.namespaces[0])
         return list(items)
 
-    async def lose_node(self, node: str = "", *, phase: str = "Failed") -> int:
-        """Simulate: every pod of ``node`` fails (NodeLost, or phase Unknown). Realize: there is one node, so every
-        realized pod does, and its container goes. Returns how many pods."""
+    async def lose_node(self, node: str = "", *, phase: str | None = None) -> int:
+        """Simulate: ``node`` stops reporting: its pods not Ready, evicted after ``eviction_s`` (with ``phase``: they
+        fail at once, NodeLost). Realize: there is one node, so every realized pod fails (phase Failed unless
+        given, NodeLost), and its container goes. Returns how many pods."""
         if isinstance(self.kubelet, Simulator):
             return int(await self.call(self.kubelet.lose_node, node, phase=phase))
         pods = await self.pods()
         for pod in pods:
             meta = pod["metadata"]
             message = f"Node fake-node which was running pod {meta['name']} is unresponsive"
-            await self.call(self._evict, meta["namespace"], meta["name"], "NodeLost", message, phase)
+            await self.call(self._evict, meta["namespace"], meta["name"], "NodeLost", message, phase or "Failed")
         return len(pods)
 
     async def evict(self, name: str, *, namespace: str | None = None) -> None:
@@ -301,6 +335,21 @@ class FakeKube:
         fields = f"involvedObject.name={pod}" if pod else ""
         items, _ = await self.call(store.list, "events", namespace or self.namespaces[0], fields=fields)
         return list(items)
+
+    def throttle_next(self, requests: int, *, retry_after_s: int = 1) -> None:
+        """Answer the next ``requests`` requests 429 Too Many Requests with ``Retry-After: retry_after_s``."""
+        assert self.api is not None
+        api = self.api
+
+        def set_it() -> None:
+            api.throttle_next, api.retry_after_s = requests, retry_after_s
+
+        self._loop.call_soon_threadsafe(set_it)
+
+    async def requests(self) -> list[tuple[str, str]]:
+        """(method, path?query) of every request so far (the API server's audit log, in short)."""
+        assert self.api is not None
+        return list(await self.call(list, self.api.requests))
 
     def forbid(self, verb: str, resource: str) -> None:
         """Answer ``verb`` on ``resource`` with 403, as a Role without it would."""

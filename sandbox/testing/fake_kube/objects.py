@@ -8,7 +8,11 @@ What it keeps of the real thing, because clients rely on it:
   BadRequest, Gone ...);
 - a watch from a resourceVersion replays the changes after it (ADDED / MODIFIED / DELETED), then streams new ones;
   from an older version than the history holds it gets an ERROR event with a 410 Gone Status; without a version, it
-  starts with an ADDED event per current object;
+  starts with an ADDED event per current object. The history is compacted as etcd's is: events older than
+  ``history_s`` (and past ``history`` events) are dropped, so a watcher that comes back late must list again;
+- every write records its writer in ``metadata.managedFields`` (manager, operation, time, a FieldsV1 tree of the
+  fields it set), as the API server does for every object since 1.18; the writer is the request's User-Agent
+  (``MANAGER``), the fake kubelet and controllers write as ``kubelet``;
 - names and labels are validated (422 Invalid), a pod's spec cannot change after creation except container images,
   ``stringData`` of a Secret becomes base64 ``data`` and an immutable Secret's data cannot change;
 - a patch or update carrying ``metadata.resourceVersion`` is refused with 409 Conflict when it is stale;
@@ -24,8 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import copy
 import re
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -53,9 +59,13 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "events": ("v1", "Event", True),
     "resourcequotas": ("v1", "ResourceQuota", True),
     "networkpolicies": ("networking.k8s.io/v1", "NetworkPolicy", True),
+    "leases": ("coordination.k8s.io/v1", "Lease", True),
     custom.CRD_RESOURCE: ("apiextensions.k8s.io/v1", "CustomResourceDefinition", False),
 }
 """resource -> (apiVersion, kind, namespaced)."""
+
+MANAGER: contextvars.ContextVar[str] = contextvars.ContextVar("manager", default="kubelet")
+"""Who writes: the HTTP side sets the client's User-Agent (its program name) for each request."""
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -76,6 +86,7 @@ class Event:
     resource: str
     namespace: str
     obj: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(eq=False)
@@ -100,10 +111,14 @@ Validator = Callable[[dict[str, Any]], None]
 
 
 class ObjectStore:
-    def __init__(self, *, history: int = 20_000) -> None:
+    def __init__(self, *, history: int = 20_000, history_s: float | None = None) -> None:
         self.objects: dict[Key, dict[str, Any]] = {}
         self.revision = 1000
         self.events: deque[Event] = deque(maxlen=history)
+        self.history_s = history_s
+        """Events older than this are compacted away (None: only ``history`` bounds them)."""
+        self.compacted = 0
+        """The newest revision compacted away: a watch must start at or after it, else 410 Gone."""
         self.watchers: set[Watcher] = set()
         self._dependents: dict[str, set[Key]] = {}
         """Owner uid -> objects that named it in their ownerReferences (checked again when the owner goes)."""
@@ -156,9 +171,9 @@ class ObjectStore:
                 )
         else:
             version = int(since) if since.isdigit() else -1
-            oldest = self.events[0].rv if self.events else self.revision + 1
-            if version < 0 or (len(self.events) == self.events.maxlen and version < oldest - 1):
-                raise ApiError(410, "Expired", f"too old resource version: {since} ({oldest - 1})")
+            self.compact()
+            if version < 0 or version < self.compacted:
+                raise ApiError(410, "Expired", f"too old resource version: {since} ({self.compacted})")
             newer = []
             for event in reversed(self.events):  # from the newest back: a recent version reads only a few
                 if event.rv <= version:
@@ -169,6 +184,14 @@ class ObjectStore:
                     watcher.queue.put_nowait(event)
         self.watchers.add(watcher)
         return watcher
+
+    def compact(self) -> None:
+        """Drop the events older than ``history_s`` (etcd's compaction, the watch cache's window)."""
+        if self.history_s is None:
+            return
+        horizon = time.monotonic() - self.history_s
+        while self.events and self.events[0].at < horizon:
+            self.compacted = self.events.popleft().rv
 
     def unwatch(self, watcher: Watcher) -> None:
         self.watchers.discard(watcher)
@@ -182,6 +205,8 @@ class ObjectStore:
 
     def _emit(self, kind: str, resource: str, namespace: str, obj: dict[str, Any]) -> None:
         event = Event(self.revision, kind, resource, namespace, copy.deepcopy(obj))
+        if len(self.events) == self.events.maxlen:
+            self.compacted = self.events[0].rv
         self.events.append(event)
         if kind != "DELETED":
             for ref in obj["metadata"].get("ownerReferences") or []:
@@ -194,9 +219,26 @@ class ObjectStore:
             if watcher.wants(event):
                 watcher.queue.put_nowait(event)
 
-    def _bump(self, obj: dict[str, Any]) -> None:
+    def _bump(self, obj: dict[str, Any], *, manager: str | None = None, sub: str = "", fields: Any = None) -> None:
+        """A new resourceVersion for a write of ``obj``; ``fields`` (the body sent, else the object): what the
+        writer's managedFields entry says it set."""
         self.revision += 1
-        obj["metadata"]["resourceVersion"] = str(self.revision)
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.revision)
+        who = manager or MANAGER.get()
+        entry = {
+            "manager": who,
+            "operation": "Update",
+            "apiVersion": obj.get("apiVersion", "v1"),
+            "time": now_rfc3339(),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": _fields_v1(fields if isinstance(fields, dict) else obj, depth=4),
+        }
+        if sub:
+            entry["subresource"] = sub
+        mine = (who, sub)
+        kept = [m for m in meta.get("managedFields") or [] if (m.get("manager"), m.get("subresource", "")) != mine]
+        meta["managedFields"] = [*kept, entry]
 
     def create(self, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         if resource not in self.resources:
@@ -241,7 +283,7 @@ class ObjectStore:
         if obj is None:
             raise not_found(resource, name)
         change(obj)
-        self._bump(obj)
+        self._bump(obj, manager="kubelet", fields={"status": obj.get("status") or {}})
         self._emit("MODIFIED", resource, namespace, obj)
         return copy.deepcopy(obj)
 
@@ -317,7 +359,8 @@ class ObjectStore:
         elif sub:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({sub})")
         meta = new.setdefault("metadata", {})
-        for key in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "generation"):
+        kept = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "generation", "managedFields")
+        for key in kept:
             if key in old["metadata"]:
                 meta[key] = old["metadata"][key]
         _validate_meta(resource, name, meta)
@@ -333,7 +376,7 @@ class ObjectStore:
             if old.get("immutable") and (new.get("data") != old.get("data") or not new.get("immutable")):
                 raise invalid(resource, name, "data: Forbidden: field is immutable when `immutable` is set")
         new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
-        self._bump(new)
+        self._bump(new, sub=sub, fields=sent)
         self.objects[(resource, namespace, name)] = new
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return self.delete(resource, namespace, name)  # the last finalizer went: the deletion completes
@@ -351,7 +394,8 @@ class ObjectStore:
         obj = self.objects.pop((resource, namespace, name), None)
         if obj is None:
             raise not_found(resource, name)
-        self._bump(obj)
+        self.revision += 1
+        obj["metadata"]["resourceVersion"] = str(self.revision)
         self._emit("DELETED", resource, namespace, obj)
         if resource == "pods":
             for hook in self.pod_hooks:
@@ -374,6 +418,16 @@ class ObjectStore:
             self.custom.pop(plural, None)
             self.resources.pop(plural, None)
         return copy.deepcopy(obj)
+
+
+def _fields_v1(obj: dict[str, Any], *, depth: int) -> dict[str, Any]:
+    """The FieldsV1 tree of an object's fields (``f:<key>`` a level, lists as leaves), ``depth`` levels deep."""
+    tree: dict[str, Any] = {}
+    for key, value in obj.items():
+        if key in ("apiVersion", "kind") or (key in ("resourceVersion", "managedFields", "uid", "creationTimestamp")):
+            continue
+        tree[f"f:{key}"] = _fields_v1(value, depth=depth - 1) if isinstance(value, dict) and depth > 1 else {}
+    return tree
 
 
 def _marked_for_deletion(obj: dict[str, Any]) -> None:

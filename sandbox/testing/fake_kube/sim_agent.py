@@ -8,7 +8,8 @@ What it does, and no more:
 - a hello is accepted only with the token of a Secret that a pod of the store mounts (the per-sandbox agent Secret);
   any other token is refused with ``unauthenticated``, as the real agent does;
 - ``ping`` and ``health`` are answered (health: one check, ``simulated``, passing) while that pod is Running and not
-  being deleted; once it is not (node lost, evicted, deleted), the connection is closed, as a dead pod's would be;
+  being deleted and Ready; once it is not (node lost, evicted, deleted), the connection is closed, as a dead pod's
+  would be;
 - every other operation is refused with ``unavailable``: nothing runs in a simulated pod.
 """
 
@@ -71,7 +72,9 @@ class SimAgent:
         obj = self.store.objects.get(("pods", namespace, pod))
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return False
-        return (obj.get("status") or {}).get("phase") == "Running"
+        status = obj.get("status") or {}
+        unready = any(c.get("type") == "Ready" and c.get("status") == "False" for c in status.get("conditions") or [])
+        return status.get("phase") == "Running" and not unready  # not Ready: its node is lost, nothing answers
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections[writer] = asyncio.current_task()
