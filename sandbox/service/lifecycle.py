@@ -1,7 +1,8 @@
 """The control plane's background work: health probes, lease expiry, warm-pool refills, reconciliation
 with the engine (unused task snapshots removed with it), and adoption after the store lost its data. Every
-replica runs the loop; only the one holding the leader lock in the store acts, so two replicas never double the
-work (or the containers)."""
+replica runs the loop; only the leader acts, so two replicas never double the work (or the containers): the one
+holding the leader lock in the store, or, where the backend offers its own elector (Kubernetes: a Lease), the one
+it elects (leader.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from sandbox.models import Health, SandboxState
 from sandbox.observability.metrics import FailureCause
 from sandbox.service.adoption import adopt, epoch_changed
 from sandbox.service.failures import reason
+from sandbox.service.leader import Elector, elector_for
 from sandbox.service.parsed_records import ParsedRecords
 from sandbox.service.records import (
-    LEADER_LOCK,
     SANDBOXES,
     InstanceRecord,
     InstanceState,
@@ -57,9 +58,17 @@ class LifecycleSettings(BaseModel):
 
 
 class Lifecycle:
-    def __init__(self, service: SandboxService, settings: LifecycleSettings, *, logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        service: SandboxService,
+        settings: LifecycleSettings,
+        *,
+        logger: logging.Logger,
+        elector: Elector | None = None,
+    ) -> None:
         self.service = service
         self.settings = settings
+        self.elector = elector or elector_for(service.backend, service.store, service.replica, settings.leader_ttl_s)
         self._log = logger
         self._leader = False
         self._last_health = 0.0
@@ -111,7 +120,13 @@ class Lifecycle:
             self._last_count = now
             await self.service.count_reservations()  # every replica: the others' instances take room too
         was_leader = self._leader
-        self._leader = await store.try_lock(LEADER_LOCK, self.service.replica, self.settings.leader_ttl_s)
+        try:
+            self._leader = await self.elector.acquire()
+        except SandboxError:
+            self._leader = False  # not known to lead: act as a follower until the elector answers
+            self.service.metrics.set_leader(False)
+            await self._end_round()
+            raise
         self.service.metrics.set_leader(self._leader)
         if not self._leader:
             await self._end_round()
@@ -169,7 +184,7 @@ class Lifecycle:
         store, replica = self.service.store, self.service.replica
         await store.unlock(replica_lock(replica), replica)
         if self._leader:
-            await store.unlock(LEADER_LOCK, replica)
+            await self.elector.release()
             self._leader = False
             self.service.metrics.set_leader(False)
 
@@ -183,7 +198,7 @@ class Lifecycle:
     async def _others_alive(self) -> bool:
         """Whether another replica lives: one leads, or one that started or claimed an instance renews its lock."""
         store, replica = self.service.store, self.service.replica
-        leader = await store.holder(LEADER_LOCK)
+        leader = await self.elector.holder()
         if leader is not None and leader != replica:
             return True
         owners = {r.owner for r in (await self.service.instances.all()).values() if r.owner and r.owner != replica}

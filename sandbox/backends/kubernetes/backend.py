@@ -49,6 +49,7 @@ from sandbox.backends.kubernetes.api import KubeApi, core_path, policy_path
 from sandbox.backends.kubernetes.claims import claim_patch, read_claims
 from sandbox.backends.kubernetes.cni_check import CniCheck, PolicyCheck
 from sandbox.backends.kubernetes.config import KubernetesConfig
+from sandbox.backends.kubernetes.lease import LeaseElector
 from sandbox.backends.kubernetes.manifests import ANNOTATION_IMAGE, ARCHIVE_PREFIX, TOKEN_KEY
 from sandbox.backends.kubernetes.netpolicy import TenantPolicies, remove_legacy
 from sandbox.backends.kubernetes.pod_cache import PodCache
@@ -137,6 +138,10 @@ class KubernetesBackend(Backend):
     ) -> HostFacts | None:
         """None, whatever is configured: the pods share no one host; the scheduler places them (startup.py)."""
         return None
+
+    def leader_elector(self, identity: str, ttl_s: float) -> LeaseElector:
+        """The Lifecycle's elector on Kubernetes: a Lease in the sandbox namespace (lease.py)."""
+        return LeaseElector(self.api, self.config.namespace, identity, duration_s=ttl_s)
 
     async def ping(self) -> None:
         api = await self.api()

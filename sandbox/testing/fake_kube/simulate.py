@@ -95,7 +95,11 @@ class Simulator:
         return len(pods)
 
     def _later(self, delay: float, fn: Any, *args: Any) -> None:
-        handle = asyncio.get_running_loop().call_later(delay, lambda: (self._evictions.discard(handle), fn(*args)))
+        def run() -> None:
+            self._evictions.discard(handle)
+            fn(*args)
+
+        handle: asyncio.TimerHandle = asyncio.get_running_loop().call_later(delay, run)
         self._evictions.add(handle)
 
     def _taint_evict(self, namespace: str, name: str, uid: str) -> None:
