@@ -22,6 +22,14 @@ from sandbox.testing.fake_kube import FakeKube
 from tests.conftest import OWNER, require_image
 
 K8S_OWNER = f"{OWNER}-k8s".lower()
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""What Pod Security "restricted" asks of a container: a hand-made pod in the suite's namespaces needs it (the fake
+enforces the level there, as the chart's namespace labels do on a cluster)."""
 NAMESPACE = "sandboxes"
 IMAGE = "sandbox/terminal:latest"
 

@@ -31,7 +31,14 @@ from sandbox.errors import BackendError, CapacityExhausted, ResourceExhausted, U
 from sandbox.models import Resources, SandboxSpec
 from sandbox.testing.fake_kube import FakeKube
 from tests.k8s import harness
-from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, docker_engine, k8s_config, owned_containers
+from tests.k8s.fake_api_fixtures import (
+    K8S_OWNER,
+    NAMESPACE,
+    RESTRICTED,
+    docker_engine,
+    k8s_config,
+    owned_containers,
+)
 from tests.polling import eventually
 
 __all__ = ["docker_engine"]
@@ -286,10 +293,8 @@ def _pod(name: str, cpu: str, memory: str, *, requests: bool = True) -> dict[str
     resources: dict[str, Any] = {"limits": {"cpu": cpu, "memory": memory}}
     if requests:
         resources["requests"] = dict(resources["limits"])
-    return {
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "agent", "image": "x", "resources": resources}]},
-    }
+    agent = {"name": "agent", "image": "x", "resources": resources, "securityContext": RESTRICTED}
+    return {"metadata": {"name": name}, "spec": {"containers": [agent]}}
 
 
 async def test_the_fake_scheduler_fits_requests_counts_events_up_and_frees_room_when_a_pod_ends() -> None:
@@ -352,7 +357,8 @@ async def test_the_fake_quota_refuses_pods_that_do_not_state_what_it_limits() ->
         )
         api = await backend.api()
         pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
-        bare = {"metadata": {"name": "bare"}, "spec": {"containers": [{"name": "agent", "image": "x"}]}}
+        agent = {"name": "agent", "image": "x", "securityContext": RESTRICTED}  # Pod Security admits it: the quota
+        bare = {"metadata": {"name": "bare"}, "spec": {"containers": [agent]}}
         with pytest.raises(BackendError, match=r"failed quota: q: must specify limits.cpu for: agent; limits.memory"):
             await api.create(pods, bare, what="create pod bare")
         assert await _names(kube, "pods") == []

@@ -24,22 +24,13 @@ from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.errors import BackendError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from sandbox.models import SandboxSpec
 from sandbox.testing.fake_kube import FakeKube
-from tests.k8s.fake_api_fixtures import NAMESPACE, sim_kube
+from tests.k8s.fake_api_fixtures import NAMESPACE, RESTRICTED, sim_kube
 from tests.k8s.fake_api_fixtures import k8s_config as backend_config
 from tests.polling import eventually
 
 __all__ = ["sim_kube"]
 
 PODS = core_path(NAMESPACE, "pods")
-
-
-RESTRICTED = {
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]},
-    "runAsNonRoot": True,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-"""What Pod Security "restricted" asks of a container (the suite's namespaces enforce it)."""
 
 
 def _pod(name: str, **labels: str) -> dict[str, Any]:
@@ -286,3 +277,93 @@ async def test_simulated_nodes_spread_pods_and_a_lost_node_fails_its_pods(sim_ku
         assert await backend.list_instances() == []
     finally:
         await backend.close()
+
+
+async def test_history_older_than_its_window_is_gone(sim_kube: FakeKube) -> None:
+    """The suite's history window (10 s): a watch from a version whose events were compacted away gets 410, as a
+    client that came back after minutes would from a real API server."""
+    store = sim_kube.store
+    assert store is not None
+    async with api_for(sim_kube) as api:
+        since = (await api.list(PODS, what="list"))["metadata"]["resourceVersion"]
+        await api.create(PODS, _pod("aging"), what="create")
+        await sim_kube.call(setattr, store, "history_s", 0.0)  # compaction catches up with everything
+        try:
+            with pytest.raises(Unavailable, match="too old resource version"):
+                await _collect(api, since, 1)
+        finally:
+            await sim_kube.call(setattr, store, "history_s", 10.0)
+        await api.delete(f"{PODS}/aging", what="delete", grace_s=0)
+
+
+async def test_every_object_carries_managed_fields_of_its_writers(sim_kube: FakeKube) -> None:
+    async with api_for(sim_kube) as api:
+        created = await api.create(PODS, _pod("managed"), what="create")
+        entries = created["metadata"]["managedFields"]
+        assert [e["manager"] for e in entries] == ["OpenAPI-Generator"]  # the client's User-Agent
+        assert entries[0]["operation"] == "Update" and entries[0]["fieldsType"] == "FieldsV1"
+        assert "f:spec" in entries[0]["fieldsV1"] and "f:containers" in entries[0]["fieldsV1"]["f:spec"]
+        await api.merge_patch(f"{PODS}/managed", {"metadata": {"labels": {"x": "y"}}}, what="patch")
+
+        async def kubelet_wrote() -> bool:  # the simulated kubelet's status write
+            pod = await api.get(f"{PODS}/managed", what="get")
+            return "kubelet" in {e["manager"] for e in pod["metadata"]["managedFields"]}
+
+        await eventually(kubelet_wrote, 5, "the kubelet's entry")
+        await api.delete(f"{PODS}/managed", what="delete", grace_s=0)
+
+
+async def test_pod_security_restricted_refuses_in_the_plugins_words(sim_kube: FakeKube) -> None:
+    bare = {"metadata": {"name": "bare"}, "spec": {"containers": [{"name": "main", "image": "sandbox/terminal"}]}}
+    async with api_for(sim_kube) as api:
+        with pytest.raises(BackendError) as refused:
+            await api.create(PODS, bare, what="create")
+        assert (
+            'pods "bare" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false '
+            '(container "main" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities '
+            '(container "main" must set securityContext.capabilities.drop=["ALL"]), runAsNonRoot != true (pod or '
+            'container "main" must set securityContext.runAsNonRoot=true), seccompProfile (pod or container "main" '
+            'must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")'
+        ) in refused.value.message
+        host = {"metadata": {"name": "host"}, "spec": {**_pod("host")["spec"], "hostNetwork": True}}
+        with pytest.raises(BackendError, match=r"host namespaces \(hostNetwork=true\)"):
+            await api.create(PODS, host, what="create")
+        backend = KubernetesBackend(backend_config(sim_kube))
+        pod = manifests.pod_manifest(backend.config, instance_id="in-term-00000000psa1",
+                                     spec=SandboxSpec(kind="terminal"), image="sandbox/terminal")  # fmt: skip
+        made = await api.create(PODS, pod, what="create")  # the backend's pods meet "restricted"
+        await api.delete(f"{PODS}/{made['metadata']['name']}", what="delete", grace_s=0)
+        await backend.close()
+
+
+async def test_a_lost_node_turns_its_pods_not_ready_then_evicts_them(sim_kube: FakeKube) -> None:
+    async with api_for(sim_kube) as api:
+        made = [await api.create(PODS, _pod(f"n{i}"), what="create") for i in range(8)]
+        await eventually(lambda: _all_placed(sim_kube, len(made)), 5, "the pods placed")
+        pods = {p["metadata"]["name"]: p for p in await sim_kube.pods() if p["metadata"]["name"].startswith("n")}
+        node = pods["n0"]["spec"]["nodeName"]
+        on_node = sorted(n for n, p in pods.items() if p["spec"]["nodeName"] == node)
+        assert await sim_kube.lose_node(node) >= len(on_node)
+        now = {p["metadata"]["name"]: p for p in await sim_kube.pods()}
+        for name in on_node:  # at once: still Running as last reported, not Ready
+            status = now[name]["status"]
+            ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+            assert status["phase"] == "Running" and ready["status"] == "False"
+
+        async def evicted() -> bool:
+            current = {p["metadata"]["name"]: p for p in await sim_kube.pods()}
+            return all(n not in current or current[n]["metadata"].get("deletionTimestamp") for n in on_node)
+
+        await eventually(evicted, 5, "the taint eviction deleting the lost node's pods")
+        for name in [n for n in pods if n not in on_node]:
+            await api.delete(f"{PODS}/{name}", what="delete", grace_s=0)
+        await eventually(lambda: _none_left(sim_kube, on_node), 5, "the evicted pods collected")
+
+
+async def _all_placed(kube: FakeKube, count: int) -> bool:
+    pods = [p for p in await kube.pods() if p["metadata"]["name"].startswith("n")]
+    return len(pods) == count and all(p["spec"].get("nodeName") for p in pods)
+
+
+async def _none_left(kube: FakeKube, names: list[str]) -> bool:
+    return not {p["metadata"]["name"] for p in await kube.pods()} & set(names)

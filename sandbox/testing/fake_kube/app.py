@@ -54,8 +54,9 @@ class FakeApi:
         """(method, path?query) of every request, for tests that count calls."""
         self._logs = logs
         self._delete_pod = delete_pod
-        self.bookmark_s = 60.0
-        """Quiet time after which a watch that asked for bookmarks gets one (the real server: about a minute)."""
+        self.bookmark_s: float | None = 60.0
+        """Quiet time after which a watch that asked for bookmarks gets one (the real server: about a minute); None:
+        no bookmarks ever (as a server whose watch cache is off for the resource)."""
         self.throttle: tuple[float, int] | None = None
         """(qps, burst) of all clients together, past which requests are answered 429 (None: never)."""
         self.throttle_next = 0
@@ -287,15 +288,16 @@ class FakeApi:
             return response
         loop = asyncio.get_running_loop()
         give_up = loop.time() + timeout
-        bookmarks = request.query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        asked = request.query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        bookmark_s = self.bookmark_s if asked else None
         api_version, kind, _ = self.store.resources[resource]
         try:
             while (remaining := give_up - loop.time()) > 0:
-                wait = min(remaining, self.bookmark_s) if bookmarks else remaining
+                wait = min(remaining, bookmark_s) if bookmark_s is not None else remaining
                 try:
                     event = await asyncio.wait_for(watcher.queue.get(), wait)
                 except TimeoutError:
-                    if bookmarks:  # quiet, or the end: tell the watcher how far the history went
+                    if bookmark_s is not None:  # quiet, or the end: tell the watcher how far the history went
                         rv = {"resourceVersion": str(self.store.revision)}
                         mark = {"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": rv}}
                         await response.write(json.dumps(mark).encode() + b"\n")

@@ -43,14 +43,15 @@ class Realism:
     managedFields, which are always there.
 
     - ``history_s``: watch history kept (then 410 Gone for a watch from an older version); None: 20,000 events;
-    - ``bookmark_s``: quiet time before a bookmark to a watch that asked for them (the real server: ~60 s);
+    - ``bookmark_s``: quiet time before a bookmark to a watch that asked for them (the real server: ~60 s), and one
+      before the watch's timeout ends it; None: never a bookmark;
     - ``throttle``: (qps, burst) of all clients together, past which requests get 429 with Retry-After;
     - ``pod_security``: the level the namespaces it creates enforce (``pod-security.kubernetes.io/enforce``);
     - ``eviction_s``: a lost node's pods are not Ready at once, evicted (deleted) after this (the real: 300 s).
     """
 
     history_s: float | None = None
-    bookmark_s: float = 60.0
+    bookmark_s: float | None = 60.0
     throttle: tuple[float, int] | None = None
     pod_security: str | None = None
     eviction_s: float = 300.0
@@ -336,7 +337,7 @@ class FakeKube:
         items, _ = await self.call(store.list, "events", namespace or self.namespaces[0], fields=fields)
         return list(items)
 
-    def throttle_next(self, requests: int, *, retry_after_s: int = 1) -> None:
+    async def throttle_next(self, requests: int, *, retry_after_s: int = 1) -> None:
         """Answer the next ``requests`` requests 429 Too Many Requests with ``Retry-After: retry_after_s``."""
         assert self.api is not None
         api = self.api
@@ -344,7 +345,7 @@ class FakeKube:
         def set_it() -> None:
             api.throttle_next, api.retry_after_s = requests, retry_after_s
 
-        self._loop.call_soon_threadsafe(set_it)
+        await self.call(set_it)
 
     async def requests(self) -> list[tuple[str, str]]:
         """(method, path?query) of every request so far (the API server's audit log, in short)."""
