@@ -20,6 +20,7 @@ from sandbox.backends.kubernetes.informer import Informer
 from sandbox.models import SandboxSpec
 from sandbox.service import Principal, SandboxService
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
+from sandbox.service.records import SandboxRecord
 from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_kube import SUITE, FakeKube, Realism
 from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, k8s_config
@@ -153,3 +154,35 @@ async def test_a_pod_listing_survives_the_informer_failing(kube: FakeKube) -> No
         await backend.destroy("in-term-0000000c0c02")
     finally:
         await backend.close()
+
+
+async def test_a_big_fleet_is_probed_in_turn(kube: FakeKube) -> None:
+    """``probes_per_round`` 2 with 3 running sandboxes: each round probes 2 agents, and every sandbox's turn comes."""
+    backend = KubernetesBackend(k8s_config(kube, agent_port=kube.agent_port, manage_network_policies=False))
+    store = await EmbeddedStore.open(None, logger=LOGGER)
+    service = SandboxService(backend, store, logger=LOGGER)
+    await service.start()
+    lifecycle = Lifecycle(service, LifecycleSettings(probes_per_round=2), logger=LOGGER)
+    probed: list[str] = []
+    probe = lifecycle._probe
+
+    async def spy(record: SandboxRecord, semaphore: asyncio.Semaphore) -> None:
+        probed.append(record.id)
+        await probe(record, semaphore)
+
+    lifecycle._probe = spy  # type: ignore[method-assign]
+    try:
+        sandboxes = [await service.create(ALICE, SandboxSpec(kind="terminal")) for _ in range(3)]
+        await lifecycle.tick()
+        await lifecycle._end_round()  # the tick's own round: not counted
+        probed.clear()
+        for _ in range(3):
+            await lifecycle.check_health()
+        assert len(probed) == 6 and set(probed) == {s.id for s in sandboxes}
+        assert [(await service.get(ALICE, s.id)).state.value for s in sandboxes] == ["running"] * 3
+        for sandbox in sandboxes:
+            await service.delete(ALICE, sandbox.id)
+    finally:
+        await lifecycle.stop()
+        await service.close()
+        await store.close()
