@@ -23,6 +23,7 @@ A pod the API server does not have is MISSING. Every pod not running comes with 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from typing import Any
@@ -114,7 +115,26 @@ def _condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+_DESCRIBED: dict[tuple[str, str], BackendInstance] = {}
+"""(uid, resourceVersion) -> the pod described: a pod that did not change is not judged again (a health round reads
+every pod of the cache each round; most did not change since the last)."""
+_DESCRIBED_MAX = 50_000
+
+
 def describe(pod: dict[str, Any]) -> BackendInstance:
+    meta = pod.get("metadata") or {}
+    key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+    if key[0] and key[1]:
+        known = _DESCRIBED.get(key)
+        if known is None:
+            if len(_DESCRIBED) >= _DESCRIBED_MAX:
+                _DESCRIBED.clear()
+            known = _DESCRIBED[key] = _describe(pod)
+        return dataclasses.replace(known, labels=dict(known.labels))
+    return _describe(pod)
+
+
+def _describe(pod: dict[str, Any]) -> BackendInstance:
     meta = pod.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
     annotations = meta.get("annotations") or {}
