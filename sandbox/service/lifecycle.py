@@ -148,12 +148,12 @@ class Lifecycle:
             await self.adopt()
         await self.relieve_pressure()
         await self.service.pools.refill()
-        await self.expire_leases()
+        records = await self.expire_leases()
         interval = self.settings.health_interval_s
         if now - self._last_health >= interval and (self._round is None or self._round.done()):
             self._last_health = now
             await self.service.sync_snapshot_pools()
-            self._round = asyncio.create_task(self._health_round(interval * self.settings.probe_spread))
+            self._round = asyncio.create_task(self._health_round(interval * self.settings.probe_spread, records))
         if now - self._last_reconcile >= self.settings.reconcile_interval_s:
             self._last_reconcile = now
             await self.reconcile()
@@ -169,11 +169,11 @@ class Lifecycle:
             evicted = await self.service.pools.evict(warm.scaled(0.5))
             self._log.warning("%s: removed %d warm instance(s)", admission.pressure.describe(), evicted)
 
-    async def _health_round(self, spread_s: float) -> None:
+    async def _health_round(self, spread_s: float, records: list[SandboxRecord] | None = None) -> None:
         """One round of :meth:`check_health`, beside the ticks: spread out, it lasts about as long as the interval,
-        and lease expiry and pool refills must not wait for it."""
+        and lease expiry and pool refills must not wait for it. ``records``: as the tick just read them."""
         try:
-            await self.check_health(spread_s=spread_s)
+            await self.check_health(spread_s=spread_s, records=records)
         except SandboxError as e:
             self._log.warning("health round failed: %s", e.message)
         except Exception:
@@ -242,9 +242,12 @@ class Lifecycle:
     async def _records(self) -> list[SandboxRecord]:
         return self._parsed.parse(await self.service.store.all_versioned(SANDBOXES))
 
-    async def expire_leases(self) -> None:
+    async def expire_leases(self) -> list[SandboxRecord]:
+        """Expire the sandboxes whose lease ended; returns the records as read (the health round starts from them:
+        decoding thousands of records costs the store more than the round's own work)."""
         now = time.time()
-        for record in await self._records():
+        records = await self._records()
+        for record in records:
             if record.state is SandboxState.EXPIRED:
                 if now - record.expires_at > TOMBSTONE_S:
                     await self.service.store.delete(SANDBOXES, record.id)
@@ -252,8 +255,9 @@ class Lifecycle:
             ended = record.lease_end()
             if ended is not None:
                 await self.service.expire(record, ended)
+        return records
 
-    async def check_health(self, *, spread_s: float = 0.0) -> None:
+    async def check_health(self, *, spread_s: float = 0.0, records: list[SandboxRecord] | None = None) -> None:
         """The engine's listing of the instances that are not running, then deep probes of the others.
 
         Only the stopped ones are listed: with hundreds running, listing them all each round cost the engine more
@@ -267,7 +271,7 @@ class Lifecycle:
         """
         # Records first: every instance they name was started before they were saved, so the listing taken after
         # them shows each as it is now.
-        records = await self._records()
+        records = records if records is not None else await self._records()
         stopped = {s.id: s for s in await self.service.backend.list_not_running()}
         checks, probes = [], []
         for record in records:
