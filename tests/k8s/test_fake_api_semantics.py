@@ -316,7 +316,7 @@ async def test_every_object_carries_managed_fields_of_its_writers(sim_kube: Fake
 async def test_pod_security_restricted_refuses_in_the_plugins_words(sim_kube: FakeKube) -> None:
     bare = {"metadata": {"name": "bare"}, "spec": {"containers": [{"name": "main", "image": "sandbox/terminal"}]}}
     async with api_for(sim_kube) as api:
-        with pytest.raises(BackendError) as refused:
+        with pytest.raises(FailedPrecondition) as refused:  # told apart from RBAC (errors.py)
             await api.create(PODS, bare, what="create")
         assert (
             'pods "bare" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false '
@@ -326,7 +326,7 @@ async def test_pod_security_restricted_refuses_in_the_plugins_words(sim_kube: Fa
             'must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")'
         ) in refused.value.message
         host = {"metadata": {"name": "host"}, "spec": {**_pod("host")["spec"], "hostNetwork": True}}
-        with pytest.raises(BackendError, match=r"host namespaces \(hostNetwork=true\)"):
+        with pytest.raises(FailedPrecondition, match=r"host namespaces \(hostNetwork=true\)"):
             await api.create(PODS, host, what="create")
         backend = KubernetesBackend(backend_config(sim_kube))
         pod = manifests.pod_manifest(backend.config, instance_id="in-term-00000000psa1",

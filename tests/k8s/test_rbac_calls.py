@@ -44,11 +44,6 @@ UNEXERCISED = {
     # Read only when a pod stays unscheduled past schedule_timeout_s and the scheduler wrote no PodScheduled
     # condition to quote (startup.failed_scheduling); the fake's scheduler always writes one.
     ("", "events", "list"),
-    # Leader election by a coordination.k8s.io Lease (issue 32, another change): granted ahead of it; drop these
-    # three once the simulation's replicas elect through the Lease.
-    ("coordination.k8s.io", "leases", "get"),
-    ("coordination.k8s.io", "leases", "create"),
-    ("coordination.k8s.io", "leases", "update"),
     # `kubectl scale sandboxpool` is the operator's user's call; the control plane keeps the scale subresource for
     # declarative SandboxPools (issue 32, another change) and reads the pools' spec.min otherwise.
     ("sandbox.platform.io", "sandboxpools/scale", "get"),

@@ -237,7 +237,10 @@ class KubernetesBackend(Backend):
         await self._forget_agent(instance_id)
         self._endpoints.pop(instance_id, None)
         self._reported.pop(instance_id, None)
-        await self._teardown.delete_pod(await self.api(), self.pod_name(instance_id))
+        name = self.pod_name(instance_id)
+        await self._teardown.delete_pod(await self.api(), name)
+        if name not in self._teardown.lingering:
+            await self.pod_cache.wait_gone(name)  # the listings that follow (snapshots in use) see it gone
 
     async def inspect(self, instance_id: str) -> BackendInstance:
         api, name = await self.api(), self.pod_name(instance_id)

@@ -108,6 +108,28 @@ class PodCache:
             return None
         return informer.cache.get(name)
 
+    async def wait_gone(self, name: str, *, timeout_s: float = WRITE_SEEN_S) -> None:
+        """Return once the cache no longer holds pod ``name``, which the API server has confirmed removed (a delete's
+        end is not a write of ours, so ``pods`` cannot wait for its version): its DELETED event arrives within
+        milliseconds; after ``timeout_s`` the pod is dropped from the cache anyway (the server said it is gone)."""
+        informer = self.informer
+        if informer is None or name not in informer.cache:
+            return
+        gone = asyncio.Event()
+
+        def on_change(kind: str, pod: dict[str, Any]) -> None:
+            if kind == "DELETED" and (pod.get("metadata") or {}).get("name") == name:
+                gone.set()
+
+        stop = self.subscribe(on_change)
+        try:
+            if name in informer.cache:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(gone.wait(), timeout_s)
+        finally:
+            stop()
+        informer.forget(name)
+
     def subscribe(self, on_change: Change) -> Callable[[], None]:
         """Call ``on_change(kind, pod)`` with every change from now on; returns the call that stops it."""
         self._subscribers.append(on_change)
