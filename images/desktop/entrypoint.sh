@@ -47,6 +47,9 @@ start_session_look() { # the wallpaper and the panel (tint2rc: launchers and a c
     # openbox takes in the windows already mapped when it starts
     local desktops
     [[ ${SANDBOX_DESKTOP_PLAIN:-0} == 1 ]] && return 0
+    # Until finish_session_look removes it, the agent does not report the desktop healthy: the first screenshot a
+    # caller takes then shows the panel as the window manager left it (openbox taking the panel in redraws it).
+    xprop -root -f _SANDBOX_SESSION_PENDING 32c -set _SANDBOX_SESSION_PENDING 1
     # tint2 waits for a window manager's _NET_NUMBER_OF_DESKTOPS, checking once a second, and openbox keeps the
     # root window's value when it starts: the value of openbox's configuration lets the panel start first.
     desktops=$(sed -n 's:.*<number>\([0-9]\+\)</number>.*:\1:p' /etc/xdg/openbox/rc.xml 2>/dev/null | head -n 1)
@@ -57,6 +60,13 @@ start_session_look() { # the wallpaper and the panel (tint2rc: launchers and a c
         say "no wallpaper, or no panel drawn (see $LOG_DIR/panel.log): $(tail -c 300 "$LOG_DIR/look.log")"
 }
 
+finish_session_look() { # the panel drawn again once the window manager has taken it in; then the agent may say healthy
+    [[ ${SANDBOX_DESKTOP_PLAIN:-0} == 1 ]] && return 0
+    python3 "$DESKTOP_DIR/look.py" --panel-only --wait 3 >>"$LOG_DIR/look.log" 2>&1 ||
+        say "the panel did not draw itself again after the window manager started: $(tail -c 300 "$LOG_DIR/look.log")"
+    xprop -root -remove _SANDBOX_SESSION_PENDING
+}
+
 begin
 start_session_bus
 prepare_chromium_profile || say "could not write the Chromium preferences"
@@ -65,6 +75,7 @@ if start_x; then
     start_agent # now, so its start-up overlaps the window manager's; it reports healthy once both are up
     start_session_look
     start_wm
+    finish_session_look
     start_vnc
     start_osworld_api # last: its start-up does not compete with the first frame's (OSWorld's harness polls for it)
     run_autostart

@@ -140,6 +140,9 @@ class XSession:
         workarea = self.root.get_full_property(self.d.intern_atom("_NET_WORKAREA"), X.AnyPropertyType)
         if workarea is None or not len(workarea.value):
             return False, f"window manager {wm!r} is starting: it does not manage windows yet (no _NET_WORKAREA)"
+        pending = self.root.get_full_property(self.d.intern_atom("_SANDBOX_SESSION_PENDING"), X.AnyPropertyType)
+        if pending is not None:  # the desktop's entrypoint: its wallpaper and panel are not drawn for good yet
+            return False, f"window manager {wm!r} is running; the desktop session (wallpaper, panel) is still drawing"
         return True, f"window manager {wm!r} is running (check window 0x{wid:x})"
 
     # Input

@@ -68,10 +68,12 @@ def panel_drawn(d: display.Display) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the panel to draw (0: not)")
+    parser.add_argument("--panel-only", action="store_true", help="paint no wallpaper: only wait for the panel")
     args = parser.parse_args()
     d = display.Display()
     try:
-        paint_wallpaper(d)
+        if not args.panel_only:
+            paint_wallpaper(d)
         deadline = time.monotonic() + args.wait
         while args.wait > 0 and not panel_drawn(d):
             if time.monotonic() > deadline:
