@@ -92,7 +92,7 @@ def test_controlplane_hash_follows_the_source_not_the_readme(project: Path) -> N
     assert image_controlplane.load_controlplane_recipe(project_root=project).image_hash != edited.image_hash
 
 
-def test_controlplane_installs_every_extra_but_the_developers(project: Path) -> None:
+def test_controlplane_installs_every_extra_but_the_developers_and_the_clients(project: Path) -> None:
     pyproject = project / "pyproject.toml"
     text = pyproject.read_text()
     assert "[project.optional-dependencies]" in text
@@ -103,6 +103,9 @@ def test_controlplane_installs_every_extra_but_the_developers(project: Path) -> 
     assert installed.startswith("'sandbox[") and installed.endswith("]'")
     extras = installed[len("'sandbox[") : -len("]'")].split(",")
     assert extras == sorted(extras) and {"cloud", "zeta"} <= set(extras) and "dev" not in extras
+    # the harnesses sandbox.compat adapts run on the client side: their packages (desktop-env pulls torch) never
+    # go into the control plane's image
+    assert "kubernetes" in extras and not {"osworld", "swerex", "gym"} & set(extras)
 
 
 def test_controlplane_needs_the_grpc_stubs(project: Path) -> None:

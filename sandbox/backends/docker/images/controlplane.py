@@ -65,9 +65,10 @@ INSTALL_STAGE = "install"
 """The Dockerfile's first stage (wheels in, venv out); its untagged image carries this stage label for ``prune``."""
 GRPC_STUBS = "wire/grpc_gen/sandbox_pb2.py"
 PIP_OPTIONS = ("--disable-pip-version-check", "--progress-bar", "off")
-DEV_EXTRAS = frozenset({"dev", "test", "tests", "docs", "lint", "gym"})
-"""Extras the control plane does not need (gym: numpy and pyarrow are the training side's)."""
-"""Optional dependency groups the image leaves out; it installs every other one (e.g. ``kubernetes``)."""
+DEV_EXTRAS = frozenset({"dev", "test", "tests", "docs", "lint", "gym", "osworld", "swerex"})
+"""Optional dependency groups the image leaves out; it installs every other one (e.g. ``kubernetes``). The control
+plane needs none of these: the developers', and the client side's (gym: numpy and pyarrow; osworld and swerex: the
+harnesses that ``sandbox.compat`` adapts, run where the rollouts run, not in the control plane)."""
 
 DOCKERFILE_TEMPLATE = """\
 FROM {base_tag} AS install
