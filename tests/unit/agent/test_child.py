@@ -36,13 +36,25 @@ async def _until_reaped(pid: int) -> None:
     raise AssertionError(f"process {pid} was not reaped")
 
 
-def _open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+def _open_fds() -> set[tuple[str, str]]:
+    """This process's pipes and pidfds: (fd, what it is open on, e.g. ``pipe:[4242]``). Only those kinds: the
+    descriptors a child opens; other threads of the test process (a client's socket, a log file) come and go."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith(("pipe:", "anon_inode:[pidfd]")):
+            found.add((fd, target))
+    return found
 
 
 async def test_exit_code_and_both_outputs(tmp_path: Path) -> None:
     before = _open_fds()
     child, out, err = _start(["sh", "-c", "printf out; printf err >&2; pwd >&2; exit 3"], tmp_path)
+    opened = _open_fds() - before  # the child's two pipes and its pidfd (each a new pipe or pidfd inode)
+    assert opened
     try:
         assert await child.run(b"") == 3
         await asyncio.wait_for(child.drained(), 5)
@@ -51,7 +63,7 @@ async def test_exit_code_and_both_outputs(tmp_path: Path) -> None:
     assert (out.data(), err.data()) == (b"out", b"err" + str(tmp_path).encode() + b"\n")
     assert child.returncode == 3
     await _until_reaped(child.pid)
-    assert _open_fds() <= before, "the pipes and the pidfd are closed"
+    assert not opened & _open_fds(), "the pipes and the pidfd are closed"
 
 
 async def test_a_signal_is_a_negative_return_code(tmp_path: Path) -> None:
