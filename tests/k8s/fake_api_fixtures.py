@@ -20,6 +20,7 @@ from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.backends.kubernetes.config import KubernetesConfig
 from sandbox.testing.fake_kube import FakeKube
 from tests.conftest import OWNER, require_image
+from tests.k8s import harness
 
 K8S_OWNER = f"{OWNER}-k8s".lower()
 RESTRICTED = {
@@ -31,6 +32,7 @@ RESTRICTED = {
 """What Pod Security "restricted" asks of a container: a hand-made pod in the suite's namespaces needs it (the fake
 enforces the level there, as the chart's namespace labels do on a cluster)."""
 NAMESPACE = "sandboxes"
+CONTROL_PLANE_NAMESPACE = "sandbox-system"
 IMAGE = "sandbox/terminal:latest"
 
 
@@ -106,6 +108,27 @@ async def sim_kube() -> AsyncIterator[FakeKube]:
     """The fake API server in mode "simulate": 4 nodes, pods never realized (no Docker needed)."""
     fake = FakeKube(mode="simulate", owner=K8S_OWNER, namespaces=(NAMESPACE,), nodes=4)
     await asyncio.to_thread(fake.start)
+    try:
+        yield fake
+    finally:
+        await asyncio.to_thread(fake.close)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def operator_kube() -> AsyncIterator[FakeKube]:
+    """The fake API server in mode "simulate" for a whole control plane (backend, lifecycle, operator): 2 nodes
+    with simulated agents, the sandbox and control-plane namespaces, the chart's CRDs installed, custom objects
+    validated against them."""
+    fake = FakeKube(
+        mode="simulate",
+        owner=K8S_OWNER,
+        namespaces=(NAMESPACE, CONTROL_PLANE_NAMESPACE),
+        nodes=2,
+        agents=True,
+        validate=harness.validate_custom,
+    )
+    await asyncio.to_thread(fake.start)
+    await fake.install_crds(harness.crd_docs())
     try:
         yield fake
     finally:

@@ -400,3 +400,8 @@ def normalized(obj: dict[str, Any]) -> dict[str, Any]:
             if name.endswith(".json"):
                 obj["data"][name] = json.loads(text)
     return obj
+
+
+def crd_docs() -> list[dict[str, Any]]:
+    """The chart's CRDs, as `kubectl apply -f deploy/helm/sandbox/crds/` sends them."""
+    return [yaml.safe_load(path.read_text()) for path in CRD_FILES]

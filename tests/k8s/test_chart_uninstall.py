@@ -11,11 +11,9 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from aiohttp import web
 
 from sandbox.backends.kubernetes.api import KubeApi
@@ -32,14 +30,16 @@ from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_kube import FakeKube
 from tests.k8s import harness, rbac
-from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, k8s_config
+from tests.k8s.fake_api_fixtures import CONTROL_PLANE_NAMESPACE, K8S_OWNER, NAMESPACE, k8s_config
+from tests.k8s.fake_api_fixtures import operator_kube as kube
 from tests.k8s.test_chart import one, validate_all
-from tests.k8s.test_operator_fake_api import crd_docs
 from tests.polling import eventually
+
+__all__ = ["kube"]  # a fixture: the fake API server with the CRDs, for a whole control plane
 
 LOGGER = logging.getLogger("sandbox.test.k8s.uninstall")
 ALICE = Principal("alice")
-CP_NAMESPACE = "sandbox-system"
+CP_NAMESPACE = CONTROL_PLANE_NAMESPACE
 HOOK = "sandbox-uninstall"
 
 
@@ -92,24 +92,6 @@ def test_the_pre_delete_hook_is_a_job_of_the_control_plane_image_with_its_own_ac
 
 def test_the_hook_can_be_turned_off() -> None:
     assert hook_docs("uninstallHook.enabled=false") == []
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def kube() -> AsyncIterator[FakeKube]:
-    fake = FakeKube(
-        mode="simulate",
-        owner=K8S_OWNER,
-        namespaces=(NAMESPACE, CP_NAMESPACE),
-        nodes=2,
-        agents=True,
-        validate=harness.validate_custom,
-    )
-    await asyncio.to_thread(fake.start)
-    await fake.install_crds(crd_docs())
-    try:
-        yield fake
-    finally:
-        await asyncio.to_thread(fake.close)
 
 
 async def _mirrored_fleet(kube: FakeKube, count: int) -> list[str]:

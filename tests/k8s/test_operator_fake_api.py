@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 
 from sandbox.backends.kubernetes.api import KubeApi
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -22,14 +21,10 @@ from sandbox.operator import resources as res
 from sandbox.testing.fake_kube import FakeKube
 from tests.k8s import harness
 from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, k8s_config
+from tests.k8s.harness import crd_docs
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 MERGE = "application/merge-patch+json"
-
-
-def crd_docs() -> list[dict[str, Any]]:
-    """The chart's CRDs, as `kubectl apply -f deploy/helm/sandbox/crds/` sends them."""
-    return [yaml.safe_load(path.read_text()) for path in harness.CRD_FILES]
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")

@@ -15,11 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from sandbox.backends.kubernetes.backend import KubernetesBackend
 from sandbox.errors import NotFound, SandboxError
@@ -32,9 +30,11 @@ from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.store import EmbeddedStore
 from sandbox.testing.fake_kube import FakeKube
 from tests.k8s import harness, rbac
-from tests.k8s.fake_api_fixtures import K8S_OWNER, NAMESPACE, k8s_config
-from tests.k8s.test_operator_fake_api import crd_docs
+from tests.k8s.fake_api_fixtures import NAMESPACE, k8s_config
+from tests.k8s.fake_api_fixtures import operator_kube as kube
 from tests.polling import eventually
+
+__all__ = ["kube"]  # a fixture: the fake API server with the CRDs, for a whole control plane
 
 LOGGER = logging.getLogger("sandbox.test.k8s.rbac")
 ALICE = Principal("alice")
@@ -49,24 +49,6 @@ UNEXERCISED = {
     ("sandbox.platform.io", "sandboxpools/scale", "get"),
     ("sandbox.platform.io", "sandboxpools/scale", "patch"),
 }
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def kube() -> AsyncIterator[FakeKube]:
-    fake = FakeKube(
-        mode="simulate",
-        owner=K8S_OWNER,
-        namespaces=(NAMESPACE, "sandbox-system"),
-        nodes=2,
-        agents=True,
-        validate=harness.validate_custom,
-    )
-    await asyncio.to_thread(fake.start)
-    await fake.install_crds(crd_docs())
-    try:
-        yield fake
-    finally:
-        await asyncio.to_thread(fake.close)
 
 
 def _role() -> dict[str, Any]:
