@@ -241,3 +241,19 @@ def test_the_desktop_image_pins_pyautogui_by_hash_and_unpacks_its_wheels(tmp_pat
     pinned.write_text(pinned.read_text().replace("pytweening==1.2.0", "pytweening==1.1.0"))
     changed = load_recipe("desktop", recipes_dir=recipes)
     assert changed.image_hash != desktop.image_hash and changed.base_hash == desktop.base_hash
+
+
+def test_mmdebstraps_output_is_progress_and_its_failure_quotes_its_last_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "bin" / "mmdebstrap"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "I: resolving $#"\necho "E: cannot reach the mirror" >&2\nexit 3\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    lines: list[str] = []
+    with pytest.raises(ImageBuildError) as failed:
+        image_rootfs._run_mmdebstrap(load_recipe("terminal"), tmp_path / "rootfs.tar", None, lines.append)
+    assert lines[0].startswith("mmdebstrap | I: resolving ") and lines[1] == "mmdebstrap | E: cannot reach the mirror"
+    assert "mmdebstrap for terminal exited with 3" in failed.value.message
+    assert "E: cannot reach the mirror" in failed.value.message

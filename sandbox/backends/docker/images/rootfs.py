@@ -3,11 +3,9 @@ recipe's hook scripts, if any), and ``docker import`` turns it into ``sandbox-ba
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -16,7 +14,7 @@ from typing import Any
 
 import docker
 
-from sandbox.backends.docker.images.engine import ENGINE_ERRORS, LOG_TAIL, Progress, explain, failure, size_mb
+from sandbox.backends.docker.images.engine import ENGINE_ERRORS, Progress, explain, run_logged, size_mb
 from sandbox.backends.docker.images.recipe import (
     IMPORT_CHANGES,
     LABEL_BASE_HASH,
@@ -66,22 +64,7 @@ def _mmdebstrap_command(recipe: Recipe, output: Path, hooks: Path | None = None)
 def _run_mmdebstrap(recipe: Recipe, output: Path, hooks: Path | None, say: Progress) -> None:
     if shutil.which("mmdebstrap") is None:
         raise ImageBuildError("mmdebstrap is not installed; run scripts/setup.sh or `apt-get install mmdebstrap`")
-    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
-    with subprocess.Popen(
-        _mmdebstrap_command(recipe, output, hooks),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-    ) as proc:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.rstrip()
-            tail.append(line)
-            say(f"mmdebstrap | {line}")
-    if proc.returncode != 0:
-        raise ImageBuildError(failure(f"mmdebstrap for {recipe.kind} exited with {proc.returncode}", tail))
+    run_logged(say, "mmdebstrap", _mmdebstrap_command(recipe, output, hooks), Path.cwd(), image=recipe.kind)
 
 
 def _import_rootfs(client: docker.DockerClient, recipe: Recipe, rootfs: Path) -> None:
