@@ -16,9 +16,10 @@ import os
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 READ_CHUNK = 1 << 16
+_T = TypeVar("_T")
 
 
 class Sink(Protocol):
@@ -33,19 +34,20 @@ class Child:
         self._popen = popen
         self._stdin = popen.stdin
         self.pid = popen.pid
-        self._exited: asyncio.Future[int] = self._loop.create_future()
-        self._drained: asyncio.Future[None] = self._loop.create_future()
+        self._exited: _Once[int] = _Once(self._loop)
+        self._drained: _Once[None] = _Once(self._loop)
         self._sinks = {stdout: sinks[0], stderr: sinks[1]}
         for fd in self._sinks:
             os.set_blocking(fd, False)
             self._loop.add_reader(fd, self._read, fd)
-        _watch_exit(self._loop, self.pid, self._reaped)
+        watch_exit(self._loop, self.pid, self._reaped)
 
     @classmethod
     def start(
-        cls, argv: Sequence[str], *, stdin: bool, cwd: str, env: dict[str, str], sinks: tuple[Sink, Sink]
+        cls, argv: Sequence[str], *, stdin: bool, cwd: str, env: dict[str, str] | None, sinks: tuple[Sink, Sink]
     ) -> Child:
-        """Spawn ``argv`` in a new session (its own process group). OSError as from ``subprocess.Popen``."""
+        """Spawn ``argv`` in a new session (its own process group), with ``env`` (None: the agent's own).
+        OSError as from ``subprocess.Popen``."""
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         try:
@@ -80,11 +82,15 @@ class Child:
 
     async def exited(self) -> int:
         """Until the command's process has exited (what it started may live on); its return code."""
-        return await asyncio.shield(self._exited)
+        return await self._exited.wait()
+
+    @property
+    def is_drained(self) -> bool:
+        return self._drained.done()
 
     async def drained(self) -> None:
         """Until both pipes reach their end: whatever the command left running may still hold them."""
-        await asyncio.shield(self._drained)
+        await self._drained.wait()
 
     def close(self) -> None:
         """Stop reading; the exit is still awaited in the background and reaped, so no zombie is left."""
@@ -144,16 +150,52 @@ class Child:
             return
         self._loop.remove_reader(fd)
         os.close(fd)
-        if not self._sinks and not self._drained.done():
-            self._drained.set_result(None)
+        if not self._sinks:
+            self._drained.set(None)
 
     def _reaped(self, status: int) -> None:
         self._popen.returncode = os.waitstatus_to_exitcode(status)
-        if not self._exited.done():
-            self._exited.set_result(self._popen.returncode)
+        self._exited.set(self._popen.returncode)
 
 
-def _watch_exit(loop: asyncio.AbstractEventLoop, pid: int, reaped: Callable[[int], None]) -> None:
+class _Once(Generic[_T]):
+    """A value set once and awaited by any number of waiters; a waiter cancelled (a timeout) leaves the value and the
+    other waiters be, as ``asyncio.shield`` would, but the setter wakes each waiter itself: a future's done callbacks
+    (shield's way) cost one more turn of the loop before the waiter runs."""
+
+    __slots__ = ("_loop", "_set", "_value", "_waiters")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._set = False
+        self._value: _T | None = None
+        self._waiters: list[asyncio.Future[_T]] = []
+
+    def done(self) -> bool:
+        return self._set
+
+    def set(self, value: _T) -> None:
+        if self._set:
+            return
+        self._set, self._value = True, value
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(value)
+
+    async def wait(self) -> _T:
+        if self._set:
+            return self._value  # type: ignore[return-value]
+        waiter: asyncio.Future[_T] = self._loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+
+def watch_exit(loop: asyncio.AbstractEventLoop, pid: int, reaped: Callable[[int], None]) -> None:
     """Call ``reaped(wait status)`` in ``loop`` once ``pid`` has exited and been reaped."""
     try:
         pidfd = os.pidfd_open(pid)

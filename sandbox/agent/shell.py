@@ -189,7 +189,7 @@ class Shell:
         started = time.monotonic()
         direct = direct_argv(req.command) if isinstance(req.command, str) else None
         shell_argv = ["bash", "-c", req.command] if isinstance(req.command, str) else req.command
-        env = {**os.environ, **req.env}
+        env = {**os.environ, **req.env} if req.env else None  # None: the agent's own, with no copy to encode
         out, err = _Output(req.max_output), _Output(req.max_output)
 
         def spawn(argv: list[str]) -> Child:
@@ -211,15 +211,18 @@ class Shell:
         timed_out = False
         try:
             try:
-                await asyncio.wait_for(child.run(stdin), req.timeout)
+                async with asyncio.timeout(req.timeout):  # no task of its own, unlike wait_for (3.11)
+                    await child.run(stdin)
             except TimeoutError:
                 timed_out = True
             if timed_out or not req.keep_background:
                 # What the command left running in its group dies with it, unless asked otherwise.
                 await kill_group_fully(child.pid)
             await child.exited()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(child.drained(), PIPE_GRACE_SECONDS)
+            if not child.is_drained:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(PIPE_GRACE_SECONDS):
+                        await child.drained()
         finally:
             if child.returncode is None:  # cancelled by the request's deadline
                 kill_group(child.pid)

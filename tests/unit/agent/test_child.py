@@ -145,3 +145,19 @@ async def test_a_program_that_cannot_start_leaves_no_descriptor_behind(tmp_path:
     with pytest.raises(FileNotFoundError):
         _start(["/no/such/program"], tmp_path)
     assert _open_fds() <= before
+
+
+async def test_a_cancelled_wait_leaves_the_value_to_the_other_waiters() -> None:
+    once: child_module._Once[int] = child_module._Once(asyncio.get_running_loop())
+    first = asyncio.create_task(once.wait())
+    second = asyncio.create_task(once.wait())
+    await asyncio.sleep(0)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await once.wait()
+    first.cancel()
+    await asyncio.sleep(0)
+    assert not once.done()
+    once.set(7)
+    once.set(8)  # set once: a later value is ignored
+    assert await second == 7 and await once.wait() == 7 and first.cancelled()
