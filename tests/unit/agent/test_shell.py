@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -16,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 from sandbox.agent.errors import AgentError
-from sandbox.agent.shell import Shell, _Output, _read_small
+from sandbox.agent.shell import Shell, _Output, _read_small, _write_small
 from sandbox.protocol import ErrorCode
 
 
@@ -262,3 +263,39 @@ async def test_sessions_are_listed_and_closed(shell: Shell) -> None:
     with pytest.raises(AgentError) as caught:
         await shell.exec({"cmd": ["echo", "argv"], "session": "b"}, b"")
     assert caught.value.code == ErrorCode.BAD_REQUEST
+
+
+async def test_a_session_command_runs_at_the_top_level_of_its_shell(shell: Shell) -> None:
+    """`break` and `continue` outside a loop only complain, as in bash; `declare` and `local` behave as at the top
+    level, not inside a function: the session's shell runs each command from a sourced file, not from a loop or a
+    function of its own."""
+    result, out, err = await run(shell, "echo before; break; continue; echo after", session="s", timeout=10)
+    assert (result["exit_code"], out) == (0, b"before\nafter\n"), (result, err)
+    assert b"only meaningful" in err
+    await run(shell, "declare KEPT=1; local NOT=2", session="s", timeout=10)
+    _, out, _ = await run(shell, 'echo "$KEPT[$NOT]"', session="s", timeout=10)
+    assert out == b"1[]\n"
+
+
+async def test_commands_sent_at_once_to_one_session_each_get_their_own_output(shell: Shell) -> None:
+    results = await asyncio.gather(*(run(shell, f"X={i}; echo $X", session="s", timeout=30) for i in range(20)))
+    assert [out for _, out, _ in results] == [f"{i}\n".encode() for i in range(20)]
+
+
+def test_a_command_file_is_rewritten_in_place_and_cut_to_its_new_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never truncated to nothing first: ext4 flushes such a file to disk when it is closed (see _write_small)."""
+    path = tmp_path / "cmd.sh"
+    assert _write_small(str(path), "echo a long command\n")
+    flags: list[int] = []
+    real_open = os.open
+
+    def spy(file: str, flag: int, mode: int = 0o777) -> int:
+        flags.append(flag)
+        return real_open(file, flag, mode)
+
+    monkeypatch.setattr(os, "open", spy)
+    assert _write_small(str(path), "true\n")
+    assert path.read_text() == "true\n"
+    assert flags and not any(flag & os.O_TRUNC for flag in flags)
