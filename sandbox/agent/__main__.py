@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from sandbox.agent.app import KINDS, AgentApp, AgentConfig
 from sandbox.agent.auth import DEFAULT_HELLO_TIMEOUT, TokenFile, TokenFileError, parse_listen
@@ -82,9 +83,22 @@ def parse_args(argv: list[str]) -> AgentConfig:
     )
 
 
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when the image has it (Debian's python3-uvloop), else None: asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 async def run(config: AgentConfig) -> None:
     logger = logging.getLogger("sandbox.agent")
-    watch_children_by_pidfd(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    if isinstance(loop, asyncio.BaseEventLoop):  # uvloop watches its children itself
+        watch_children_by_pidfd(loop)
+    logger.info("agent event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)
     app = AgentApp(config, logger=logger)
     server = AgentServer(
         app.ops(),
@@ -118,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     # Read: the commands the agent runs need not see where the secret lives.
     for name in (LISTEN_ENV, TOKEN_FILE_ENV):
         os.environ.pop(name, None)
-    asyncio.run(run(config))
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(run(config))
 
 
 if __name__ == "__main__":
