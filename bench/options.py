@@ -63,14 +63,15 @@ class Options:
     spawn_loop_count: int = 2000
     """throughput: ``/bin/true`` spawned by the shell loop in each sandbox that measures the machine's spawn limit."""
 
-    density_max_terminal: int = 650
-    density_max_desktop: int = 130
+    density_max_terminal: int = 1100
+    """density: the ramp's maximum, past the target (``density.TARGET``: 1,000 terminals, 200 desktops)."""
+    density_max_desktop: int = 220
     density_step_terminal: int = 50
     density_step_desktop: int = 10
     density_samples: int = 200
     """Steps timed at each point of the ramp, spread over the sandboxes held."""
     density_p99_ms: float = 100.0
-    density_minutes: float = 10.0
+    density_minutes: float = 15.0
     """Per kind: the ramp stops at this bound."""
     density_create_concurrency: int = 8
     density_health_interval_s: float = 0.0

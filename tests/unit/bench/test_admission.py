@@ -119,12 +119,12 @@ def test_within_twenty_percent_of_the_density_measured() -> None:
 
 
 def test_the_density_model_row() -> None:
-    full = model_row("terminal", 650, 693, maximum=650, stopped="the maximum was reached")
+    full = model_row("terminal", 650, 693, maximum=1100, stopped="p99 120 ms > 100 ms at 700")
     assert full.target is not None and full.target.met is True
     assert full.ratio == pytest.approx(650 / 693)
     assert full.ours == Value(650, "sandboxes") and full.baseline == Value(693, "sandboxes")
-    assert full.note == "measured 650 (the maximum was reached) / model 693 = 0.94"
-    broke = model_row("desktop", 90, 138, maximum=130, stopped="p99 140 ms > 100 ms at 100")
+    assert full.note == "measured 650 (p99 120 ms > 100 ms at 700) / model 693 = 0.94"
+    broke = model_row("desktop", 90, 138, maximum=220, stopped="p99 140 ms > 100 ms at 100")
     assert broke.target is not None and broke.target.met is False
     quick = model_row("terminal", 20, 693, maximum=20, stopped="the maximum was reached")
     assert quick.target is not None and quick.target.met is None and "ramp max 20" in quick.target.text

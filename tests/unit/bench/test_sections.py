@@ -15,7 +15,7 @@ from bench.machine import CpuMeter, container_cpu_seconds, mem_available, pids_n
 from bench.options import QUICK, SECTION_NAMES, Options, make_options
 from bench.report import Row, Target, format_latency, format_ratio, render_markdown, render_text
 from bench.sections import SECTIONS
-from bench.sections.density import _target
+from bench.sections.density import TARGET, _sandboxes_cpu, _target
 from bench.stats import Summary, Value, gain, percentile, speedup
 from bench.step_cpu import CpuSplit
 
@@ -123,11 +123,26 @@ def test_a_negative_count_or_duration_is_refused(flag: str, capsys: pytest.Captu
 
 def test_density_target_is_untested_when_the_ramp_stops_below_it() -> None:
     assert _target("terminal", 20, maximum=20).met is None
-    assert _target("terminal", 400, maximum=400).met is None  # the ramp stopped at its maximum, below 600
-    assert _target("terminal", 650, maximum=650).met is True
-    assert _target("terminal", 450, maximum=650).met is False
-    assert _target("desktop", 120, maximum=130).met is True
-    assert _target("desktop", 10, maximum=130).met is False
+    assert _target("terminal", 650, maximum=650).met is None  # the ramp stopped at its maximum, below 1,000
+    assert _target("terminal", 1000, maximum=1100).met is True
+    assert _target("terminal", 950, maximum=1100).met is False
+    assert _target("terminal", 950, maximum=1100).text == "≥ 1000"
+    assert _target("desktop", 200, maximum=220).met is True
+    assert _target("desktop", 130, maximum=220).met is False
+
+
+def test_a_full_density_ramp_can_reach_the_targets_and_a_quick_one_stays_small() -> None:
+    full, quick = make_options(quick=False, overrides={}), make_options(quick=True, overrides={})
+    assert TARGET == {"terminal": 1000, "desktop": 200}
+    assert full.density_max_terminal > TARGET["terminal"] and full.density_max_desktop > TARGET["desktop"]
+    assert full.density_max_terminal // full.density_step_terminal <= 25  # batches a bounded run gets through
+    assert full.density_max_desktop // full.density_step_desktop <= 25
+    assert quick.density_max_terminal <= 20 and quick.density_max_desktop <= 4
+
+
+def test_the_sandboxes_cpu_is_unknown_when_a_cgroup_cannot_be_read() -> None:
+    assert _sandboxes_cpu([]) == 0
+    assert _sandboxes_cpu(["0" * 64]) is None  # no such container
 
 
 def test_host_figures_of_this_process() -> None:
