@@ -240,7 +240,8 @@ class Lifecycle:
             self._log.warning("the state store had lost records; adopted again from the engine: %s", adopted)
 
     async def _records(self) -> list[SandboxRecord]:
-        return self._parsed.parse(await self.service.store.all_versioned(SANDBOXES))
+        """Every sandbox's record, shared with the next read (``ParsedRecords``): copy one before handing it on."""
+        return await self._parsed.read(self.service.store)
 
     async def expire_leases(self) -> list[SandboxRecord]:
         """Expire the sandboxes whose lease ended; returns the records as read (the health round starts from them:
@@ -254,7 +255,7 @@ class Lifecycle:
                 continue
             ended = record.lease_end()
             if ended is not None:
-                await self.service.expire(record, ended)
+                await self.service.expire(record.model_copy(), ended)
         return records
 
     async def check_health(self, *, spread_s: float = 0.0, records: list[SandboxRecord] | None = None) -> None:
@@ -347,7 +348,7 @@ class Lifecycle:
     async def _fail(self, record: SandboxRecord, why: str, cause: FailureCause) -> None:
         self._probing.add(record.id)
         try:  # mark_failed acts only if the record still names this instance (not deleted or swapped meanwhile)
-            await self.service.mark_failed(record, why, cause=cause)
+            await self.service.mark_failed(record.model_copy(), why, cause=cause)
         except SandboxError as e:
             self._log.warning(
                 "handling the failure of %s failed: %s", record.id, e.message, extra={"sandbox_id": record.id}

@@ -38,7 +38,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,6 +166,13 @@ class EmbeddedStore(Store):
     async def _all_versioned(self, collection: str) -> dict[str, Versioned]:
         docs = self._data.documents.get(collection, {})
         return {key: Versioned(decode_document(text, f"{collection}/{key}"), v) for key, (text, v) in docs.items()}
+
+    async def _all_versioned_since(self, collection: str, known: Mapping[str, int]) -> dict[str, Versioned | int]:
+        docs = self._data.documents.get(collection, {})
+        return {
+            key: v if known.get(key) == v else Versioned(decode_document(text, f"{collection}/{key}"), v)
+            for key, (text, v) in docs.items()
+        }
 
     # queues
 

@@ -12,7 +12,7 @@ from sandbox.models import SandboxSpec, SandboxState
 from sandbox.service import parsed_records
 from sandbox.service.parsed_records import ParsedRecords
 from sandbox.service.records import SANDBOXES, SandboxRecord
-from sandbox.store import EmbeddedStore
+from sandbox.store import EmbeddedStore, embedded
 
 LOGGER = logging.getLogger("test")
 
@@ -32,7 +32,9 @@ def _doc(sandbox_id: str, **changes: Any) -> dict[str, Any]:
     return record.model_copy(update=changes).model_dump(mode="json")
 
 
-async def test_only_changed_records_are_parsed_again_and_every_change_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_only_changed_records_are_decoded_and_parsed_again_and_every_change_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     validated: list[str] = []
     validate = SandboxRecord.model_validate
 
@@ -42,30 +44,43 @@ async def test_only_changed_records_are_parsed_again_and_every_change_shows(monk
             validated.append(doc["id"])
             return validate(doc)
 
+    decoded: list[str] = []
+    decode = embedded.decode_document
+
+    def counting_decode(text: str | bytes, where: str) -> dict[str, Any]:
+        decoded.append(where)
+        return decode(text, where)
+
     monkeypatch.setattr(parsed_records, "SandboxRecord", Counting)
+    monkeypatch.setattr(embedded, "decode_document", counting_decode)
     store = await EmbeddedStore.open(None, logger=LOGGER)
     try:
         for sandbox_id in ("sb-a", "sb-b", "sb-c"):
             await store.put(SANDBOXES, sandbox_id, _doc(sandbox_id))
         parsed = ParsedRecords()
-        first = {r.id: r for r in parsed.parse(await store.all_versioned(SANDBOXES))}
-        assert sorted(validated) == ["sb-a", "sb-b", "sb-c"]
+        first = {r.id: r for r in await parsed.read(store)}
+        assert sorted(validated) == ["sb-a", "sb-b", "sb-c"] and len(decoded) == 3
         assert all(r.version > 0 for r in first.values())
 
-        first["sb-a"].state = SandboxState.UNHEALTHY  # a caller's change stays in its copy
         await store.put(SANDBOXES, "sb-b", _doc("sb-b", state=SandboxState.EXPIRED))
         await store.delete(SANDBOXES, "sb-c")
         validated.clear()
-        second = {r.id: r for r in parsed.parse(await store.all_versioned(SANDBOXES))}
-        assert validated == ["sb-b"]
+        decoded.clear()
+        second = {r.id: r for r in await parsed.read(store)}
+        assert validated == ["sb-b"] and decoded == [f"{SANDBOXES}/sb-b"]
         assert set(second) == {"sb-a", "sb-b"}
-        assert second["sb-a"].state is SandboxState.RUNNING
+        assert second["sb-a"] is first["sb-a"] and second["sb-a"].state is SandboxState.RUNNING
         assert second["sb-b"].state is SandboxState.EXPIRED
 
         await store.put(SANDBOXES, "sb-c", _doc("sb-c", tenant="beta"))  # gone and back: parsed afresh
         validated.clear()
-        third = {r.id: r for r in parsed.parse(await store.all_versioned(SANDBOXES))}
+        third = {r.id: r for r in await parsed.read(store)}
         assert validated == ["sb-c"]
         assert third["sb-c"].tenant == "beta"
     finally:
         await store.close()
+
+
+def test_a_bare_version_of_a_record_never_parsed_is_refused() -> None:
+    with pytest.raises(KeyError, match="sb-x"):
+        ParsedRecords().parse({"sb-x": 7})

@@ -105,6 +105,23 @@ async def test_all_versioned_matches_get_versioned(stores: tuple[Store, Store]) 
     assert await a.all_versioned("nothing") == {}
 
 
+async def test_all_versioned_since_hands_back_only_the_versions_of_documents_known(stores: tuple[Store, Store]) -> None:
+    a, b = stores
+    for i in range(3):
+        await a.put("things", f"k{i}", {"i": i})
+    first = await b.all_versioned("things")
+    known = {key: v.version for key, v in first.items()}
+    await a.put("things", "k1", {"i": 11})
+    await a.delete("things", "k2")
+    await a.put("things", "k3", {"i": 3})
+    since = await b.all_versioned_since("things", {**known, "gone": 9})
+    assert sorted(since) == ["k0", "k1", "k3"]
+    assert since["k0"] == known["k0"]  # unchanged: just its version
+    assert since["k1"] == await a.get_versioned("things", "k1") and since["k3"] == await a.get_versioned("things", "k3")
+    assert await b.all_versioned_since("things", {}) == await b.all_versioned("things")
+    assert await b.all_versioned_since("nothing", known) == {}
+
+
 async def test_versioned_is_a_frozen_copy(store: Store) -> None:
     version = await store.put("c", "k", {"list": [1]})
     got = await store.get_versioned("c", "k")
