@@ -147,6 +147,17 @@ class AgentClient:
         except (TimeoutError, OSError, asyncio.IncompleteReadError, FrameError) as e:
             raise Unavailable(f"the agent of {self._label} does not answer at {self.address}: {e!r}") from e
 
+    def connected(self) -> bool:
+        """Whether an idle pooled connection is still open and has seen no end from the agent: its process lives.
+        (When it dies, the kernel closes its end and the event loop reads the EOF at once; a hung agent keeps the
+        connection open, so this says nothing of whether it answers.) A TCP connection idle past the transport's
+        bound says nothing: a peer may be gone without a word."""
+        max_idle, now = self._transport.max_idle_s, time.monotonic()
+        return any(
+            not writer.is_closing() and not reader.at_eof() and (max_idle is None or now - since < max_idle)
+            for (reader, writer), since in self._idle
+        )
+
     def _release(self, conn: _Conn) -> None:
         if self._closed or len(self._idle) >= MAX_IDLE_CONNECTIONS:
             _close(conn)

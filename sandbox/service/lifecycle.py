@@ -55,6 +55,13 @@ class LifecycleSettings(BaseModel):
         description="Deep probes a health round makes at most; a bigger fleet is probed in turn over several rounds "
         "(its stopped instances are still judged every round, from the engine's listing).",
     )
+    terminal_deep_probe_s: float = Field(
+        10.0,
+        ge=0,
+        description="A terminal whose agent's pooled connection is open (its process lives; its death closes the "
+        "connection, and the next round probes it) is deep-probed at most this often; a sandbox with a display "
+        "(X server, window manager, browser, emulator) every round. 0: every sandbox every round.",
+    )
     probe_spread: float = Field(
         0.75,
         ge=0,
@@ -86,6 +93,9 @@ class Lifecycle:
         self._parsed = ParsedRecords()
         self._probe_turn = 0
         """Where the next round's deep probes start, when a fleet has more running sandboxes than one round probes."""
+        self._probed_ok: dict[str, float] = {}
+        """Instance -> when the round whose deep probe of it passed started (``time.monotonic()``)."""
+        self._round_started = 0.0
 
     @property
     def is_leader(self) -> bool:
@@ -274,23 +284,45 @@ class Lifecycle:
         # them shows each as it is now.
         records = records if records is not None else await self._records()
         stopped = {s.id: s for s in await self.service.backend.list_not_running()}
-        checks, probes = [], []
+        checks, now = [], time.monotonic()
+        probes: list[SandboxRecord] = []
+        first: list[SandboxRecord] = []  # terminals whose agent's connection closed since their last probe
+        self._round_started = now
+        running = {r.instance for r in records if r.state is SandboxState.RUNNING}
+        self._probed_ok = {i: at for i, at in self._probed_ok.items() if i in running}
         for record in records:
             if record.state is not SandboxState.RUNNING or record.id in self._probing:
                 continue
             engine = stopped.get(record.instance)
             if engine is None:
-                probes.append(record)
+                due = self._due(record, now)
+                if due is not None:
+                    (first if due else probes).append(record)
             elif engine.state is not RuntimeState.PAUSED:  # paused: a snapshot is being taken (docker commit)
                 checks.append(self._fail(record, *_stopped(engine)))
-        await asyncio.gather(*checks, self._probe_all(self._in_turn(probes), spread_s))
+        await asyncio.gather(*checks, self._probe_all(first + self._in_turn(probes, len(first)), spread_s))
 
-    def _in_turn(self, probes: list[SandboxRecord]) -> list[SandboxRecord]:
+    def _due(self, record: SandboxRecord, now: float) -> bool | None:
+        """Whether a running sandbox is deep-probed this round: None when it need not be (a terminal whose last deep
+        probe passed within ``terminal_deep_probe_s`` and whose agent's pooled connection shows its process alive),
+        True when it must be before any other (that connection has closed since: its agent most likely died), False
+        when in its turn. What a terminal's deep probe adds to its connection is its shell's check, which starts a
+        process only every 10 s anyway (``SPAWN_PROOF_S`` in the agent), and its workspace's. A sandbox with a
+        display is probed every round: its X server, window manager or browser can die while its agent lives."""
+        if record.spec.kind.has_display:
+            return False
+        passed = self._probed_ok.get(record.instance)
+        if passed is None or now - passed >= self.settings.terminal_deep_probe_s:
+            return False
+        return None if self.service.backend.agent(record.instance).connected() else True
+
+    def _in_turn(self, probes: list[SandboxRecord], taken: int = 0) -> list[SandboxRecord]:
         """This round's share of the deep probes: all of them up to ``probes_per_round``, else the next
         ``probes_per_round`` in the order of their ids, from where the last round stopped (a deep probe costs the
         control plane 0.2 to 0.4 ms of CPU, measured at 5,000 sandboxes: all of them every 2 s would take most of a
-        core, while a pod that dies shows in the engine's listing at once)."""
-        limit = self.settings.probes_per_round
+        core, while a pod that dies shows in the engine's listing at once). ``taken``: probes this round makes
+        before these (terminals whose agent's connection closed)."""
+        limit = max(self.settings.probes_per_round - taken, 0)
         if len(probes) <= limit:
             return probes
         ordered = sorted(probes, key=lambda r: r.id)
@@ -316,7 +348,9 @@ class Lifecycle:
         async with semaphore:
             health = await probe_agent(backend, record.instance)
             if health.ok:
+                self._probed_ok[record.instance] = self._round_started
                 return
+            self._probed_ok.pop(record.instance, None)
             engine = await backend.inspect(record.instance)  # it may have stopped since the listing, or be gone
             if engine.state is RuntimeState.RUNNING:
                 health = await probe_agent(backend, record.instance)  # a second chance

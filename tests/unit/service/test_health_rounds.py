@@ -14,6 +14,7 @@ from sandbox.service import lifecycle as lifecycle_module
 from sandbox.service.auth import Principal
 from sandbox.service.lifecycle import Lifecycle, LifecycleSettings
 from sandbox.service.records import SANDBOXES, SandboxRecord
+from tests.polling import eventually
 from tests.unit.conftest import LOGGER
 
 ALICE = Principal("alpha")
@@ -204,3 +205,76 @@ async def _record(service: SandboxService, sandbox_id: str) -> SandboxRecord:
     doc = await service.store.get(SANDBOXES, sandbox_id)
     assert doc is not None
     return SandboxRecord.model_validate(doc)
+
+
+async def test_a_terminal_whose_agent_lives_is_deep_probed_every_terminal_deep_probe_s(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "proven"}))
+    instance = (await _record(service, info.id)).instance
+    probed: list[str] = []
+    probe = lifecycle_module.probe_agent
+
+    async def counting(backend: Backend, instance_id: str) -> Health:
+        probed.append(instance_id)
+        return await probe(backend, instance_id)
+
+    monkeypatch.setattr(lifecycle_module, "probe_agent", counting)
+    lifecycle = Lifecycle(service, LifecycleSettings(terminal_deep_probe_s=10), logger=LOGGER)
+    try:
+        await lifecycle.check_health()
+        assert probed.count(instance) == 1, "a sandbox never probed is probed"
+        await lifecycle.check_health()
+        assert probed.count(instance) == 1, "its agent's connection is open and its last probe passed just now"
+        lifecycle._probed_ok[instance] -= 10  # that probe is as old as the setting: due again
+        await lifecycle.check_health()
+        assert probed.count(instance) == 2
+        every_round = Lifecycle(service, LifecycleSettings(terminal_deep_probe_s=0), logger=LOGGER)
+        await every_round.check_health()
+        await every_round.check_health()
+        assert probed.count(instance) == 4, "0: every sandbox every round"
+    finally:
+        monkeypatch.undo()
+        await service.delete(ALICE, info.id)
+
+
+async def test_a_terminal_whose_agent_died_is_probed_first_in_the_next_round(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its agent's pooled connection closes with the process, so the round after probes it at once (before any
+    other, even when the round's probes are capped) and reports it, within its terminal_deep_probe_s. The engine
+    does not notice here: in a container, the agent is not the main process, which stays up."""
+    made = [await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "died"})) for _ in range(2)]
+    victim, other = [(await _record(service, info.id)).instance for info in made]
+    reported: list[tuple[str, str]] = []
+    inspect = service.backend.inspect
+
+    async def mark_failed(record: SandboxRecord, why: str, *, cause: str) -> None:
+        reported.append((record.instance, cause))
+
+    async def nothing_stopped() -> list[BackendInstance]:
+        return []
+
+    async def still_running(instance_id: str) -> BackendInstance:
+        return replace(await inspect(instance_id), state=RuntimeState.RUNNING)
+
+    lifecycle = Lifecycle(service, LifecycleSettings(terminal_deep_probe_s=60, probes_per_round=1), logger=LOGGER)
+    try:
+        for _ in range(3):  # in turn, one a round, until both were probed (and anything else the module left)
+            await lifecycle.check_health()
+        assert {victim, other} <= set(lifecycle._probed_ok)
+        agent = service.backend.agent(victim)
+        assert agent.connected()
+        service.backend._procs[victim].process.kill()  # type: ignore[attr-defined]
+        await eventually(lambda: not agent.connected(), 10, "the dead agent's connection closing")
+        monkeypatch.setattr(service, "mark_failed", mark_failed)
+        monkeypatch.setattr(service.backend, "list_not_running", nothing_stopped)
+        monkeypatch.setattr(service.backend, "inspect", still_running)
+        monkeypatch.setattr(service.backend, "status_lag_s", 0.0)
+        lifecycle._probed_ok[other] -= 60  # due in its turn too: the cap of one probe goes to the dead agent
+        await lifecycle.check_health()
+        assert reported == [(victim, "probe_failed")]
+    finally:
+        monkeypatch.undo()
+        for info in made:
+            await service.delete(ALICE, info.id)
