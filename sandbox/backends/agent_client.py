@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
 import time
 from collections.abc import Sequence
@@ -39,6 +40,8 @@ _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 class _UnixTransport:
     max_idle_s: float | None = None
+    peer_death_closes = True
+    """The kernel closes a unix socket's connections when the process at its other end ends, however it ends."""
 
     def __init__(self, path: str) -> None:
         self.address = path
@@ -49,6 +52,8 @@ class _UnixTransport:
 
 class _TcpTransport:
     max_idle_s: float | None = TCP_MAX_IDLE_S
+    peer_death_closes = False
+    """A peer gone without a word (its node lost) may leave the connection open for a long time."""
 
     def __init__(self, host: str, port: int, token: str) -> None:
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -131,6 +136,34 @@ class AgentClient:
             return header.get("result") or {}, out
         error = header.get("error") or {}
         raise from_agent(str(error.get("code")), str(error.get("message", "the agent gave no reason")))
+
+    @property
+    def vouches_by_connection(self) -> bool:
+        """Whether an open connection says that the agent's process lives (see :meth:`answered_lately`)."""
+        return self._transport.peer_death_closes
+
+    def answered_lately(self, within_s: float) -> bool:
+        """Whether the agent answered within the last ``within_s`` seconds on a connection it still holds open now,
+        asked of the kernel (not of what the event loop has seen so far): over a unix socket, whose connections the
+        kernel closes when the agent's process ends, that says the process lives and served lately, with no round
+        trip. Always False over TCP. A connection its agent closed is readable (its end of file); an idle one that is
+        readable otherwise holds bytes nobody asked for: either way it does not vouch."""
+        if not self._transport.peer_death_closes:
+            return False
+        now = time.monotonic()
+        for (reader, writer), since in self._idle:
+            if now - since >= within_s or writer.is_closing() or reader.at_eof():
+                continue
+            sock = writer.get_extra_info("socket")
+            if sock is None:
+                continue
+            try:
+                readable, _, _ = select.select([sock.fileno()], [], [], 0)
+            except (OSError, ValueError):
+                continue
+            if not readable:
+                return True
+        return False
 
     async def _acquire(self) -> _Conn:
         if self._closed:

@@ -22,6 +22,9 @@ from sandbox.store import Store
 
 CLAIM_PING_S = 2.0
 """How long a claimed warm instance's agent has to answer its ping before the instance is dropped."""
+CLAIM_FRESH_S = 10.0
+"""A claimed warm instance whose agent answered within this long, on a connection its process still holds open, is
+handed out without a ping (``claim_warm``); the leader's pools ping their queued instances before it runs out."""
 
 
 class Instances:
@@ -129,10 +132,12 @@ class Instances:
         is WARM in its queue again) or leaves the instance SERVING a sandbox that has no record, an orphan that
         reconciliation removes, as after any create cut off by a crash.
 
-        Liveness is one ping of the instance's agent through its socket: an answer means the container runs and
-        its agent serves (no engine round trip, which under a burst queues behind the engine's other work). A
-        container that died while queued fails the ping and is removed; reconciliation forgets queued instances
-        whose container is gone in the meantime."""
+        Liveness is the instance's agent, never the engine (whose round trip, under a burst, queues behind its
+        other work): an agent that answered within ``CLAIM_FRESH_S`` on a unix-socket connection that its process
+        still holds open (asked of the kernel at the claim) lives, since the kernel closes the connections of a
+        process that ends; any other is pinged first (one round trip through its socket). A container that died
+        while queued closes its connections and fails the ping: it is removed, never handed out. Reconciliation
+        forgets queued instances whose container is gone in the meantime."""
         while (instance := await self.store.pop(pool, durable=False)) is not None:
             record = await self.read(instance)
             if record is None or record.state is not InstanceState.WARM:
@@ -140,8 +145,11 @@ class Instances:
             if not await self._move(record, InstanceState.SERVING, sandbox=sandbox, tenant=tenant, durable=False):
                 continue  # a removal won the race for it
             self.admission.claimed(instance, spec, tenant=tenant, sandbox=sandbox)
+            agent = self.backend.agent(instance)
+            if agent.answered_lately(CLAIM_FRESH_S):
+                return instance
             try:
-                await self.backend.agent(instance).ping(deadline=CLAIM_PING_S)
+                await agent.ping(deadline=CLAIM_PING_S)
                 return instance
             except SandboxError as e:
                 self._log.warning(

@@ -8,6 +8,11 @@ holds or starts more than ``max`` at once: instances ever created stay within
 A closed pool set starts nothing more; an instance whose start was under way when it closed is
 removed, never left running with nobody to hand it to.
 
+The leader also keeps its queued instances' liveness fresh: an instance whose agent has not answered for
+``FRESHEN_AFTER_S`` is pinged in the background (a few at a time), so that a claim finds its answer fresh and hands it
+out without a ping of its own (``Instances.claim_warm``); one that does not answer is removed from its queue and the
+engine. Only where an open connection vouches for the agent's process (a unix socket); over TCP each claim pings.
+
 No pool is kept for a spec with network ``internal`` or with volumes: its instance joins its tenant's internal network
 and mounts its tenant's volumes when it starts (``Backend.create``'s ``tenant``), and a warm one is started before any
 tenant is known. ``add`` names the key such a pool would have and starts nothing for it; those specs always start a
@@ -27,9 +32,14 @@ from sandbox.capacity.usage import Usage
 from sandbox.errors import SandboxError
 from sandbox.models import NetworkPolicy, SandboxSpec
 from sandbox.observability.metrics import PoolStats
-from sandbox.service.instances import Instances
-from sandbox.service.records import pool_key
+from sandbox.service.instances import CLAIM_FRESH_S, CLAIM_PING_S, Instances
+from sandbox.service.records import InstanceState, pool_key
 from sandbox.store import Store
+
+FRESHEN_AFTER_S = CLAIM_FRESH_S / 2
+"""A queued warm instance whose agent has not answered for this long is pinged in the background."""
+FRESHEN_AT_ONCE = 16
+"""Background pings of queued warm instances in flight at most."""
 
 
 def per_tenant(spec: SandboxSpec) -> str | None:
@@ -73,6 +83,8 @@ class Pools:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._refused: set[str] = set()
+        self._freshening: set[str] = set()
+        """Queued instances whose agent is being pinged in the background."""
         self.short: set[str] = set()
         """Pools held below their size by capacity (the warm share, or held sandboxes' room) at the last refill."""
 
@@ -123,7 +135,9 @@ class Pools:
         if self._closed:
             return
         for pool in list(self._pools.values()):
-            ready = len(await self._store.items(pool.key))
+            queued = await self._store.items(pool.key)
+            self._freshen(pool, queued)
+            ready = len(queued)
             wanted = min(pool.min - ready - pool.starting, pool.max - ready - pool.starting)
             wanted = min(wanted, pool.max_starting - pool.starting)
             for _ in range(max(0, wanted)):
@@ -135,6 +149,48 @@ class Pools:
                 task = asyncio.create_task(self._start_one(pool))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+
+    def _freshen(self, pool: _Pool, queued: list[str]) -> None:
+        """Ping, in the background, the queued instances whose agent's answer is getting old (see above)."""
+        for instance in queued:
+            if len(self._freshening) >= FRESHEN_AT_ONCE:
+                return
+            if instance in self._freshening:
+                continue
+            agent = self._instances.backend.agent(instance)
+            if not agent.vouches_by_connection or agent.answered_lately(FRESHEN_AFTER_S):
+                continue
+            self._freshening.add(instance)
+            task = asyncio.create_task(self._ping_queued(pool, instance))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _ping_queued(self, pool: _Pool, instance: str) -> None:
+        try:
+            await self._instances.backend.agent(instance).ping(deadline=CLAIM_PING_S)
+        except SandboxError as e:
+            fields = {"instance": instance, "pool": pool.key}
+            try:
+                if await self._remove_unanswering(pool, instance):
+                    self._log.warning(
+                        "warm instance %s did not answer (%s); removed it", instance, e.message, extra=fields
+                    )
+            except SandboxError as failed:
+                self._log.warning("could not remove warm instance %s: %s", instance, failed.message, extra=fields)
+        finally:
+            self._freshening.discard(instance)
+
+    async def _remove_unanswering(self, pool: _Pool, instance: str) -> bool:
+        """Remove a queued instance whose agent did not answer, unless a claim took it meanwhile (that claim pings
+        it) or it is being removed already; whether it was removed."""
+        record = await self._instances.read(instance)
+        if record is None or record.state is not InstanceState.WARM:
+            return False
+        # Out of the queue first: once it is, no claim can pop it, and the record's compare-and-set settles a claim
+        # that popped it before.
+        if not await self._store.remove(pool.key, instance):
+            return False
+        return await self._instances.retire(instance, expected=record)
 
     async def _start_one(self, pool: _Pool) -> None:
         try:

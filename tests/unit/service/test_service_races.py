@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from sandbox.backends.agent_client import AgentClient
 from sandbox.errors import FailedPrecondition, Unavailable
 from sandbox.models import Exec, SandboxSpec, SandboxState
 from sandbox.service import SandboxService
@@ -197,6 +198,74 @@ async def test_a_warm_instance_whose_agent_died_is_never_handed_out(service: San
     await service.instances.drain()  # dropped: removed from the engine and the store
     assert await service.store.get(INSTANCES, instance) is None
     assert (await backend.inspect(instance)).state.value == "missing"
+
+
+async def test_a_claim_of_an_agent_that_answered_lately_sends_no_ping(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance = await _warm_one(service)  # its agent answered when it started, on a connection it holds open
+    key = pool_key(SPEC, service.backend.image_for(SPEC))
+    pings: list[str] = []
+    real_ping = AgentClient.ping
+
+    async def counted(agent: AgentClient, *, deadline: float = 2.0) -> dict[str, Any]:
+        pings.append(agent.address)
+        return await real_ping(agent, deadline=deadline)
+
+    monkeypatch.setattr(AgentClient, "ping", counted)
+    assert await service.instances.claim_warm(key, "sb-test-6", tenant="default", spec=SPEC) == instance
+    assert pings == [], "pinged an agent that had just answered"
+    await service.instances.retire(instance)
+
+
+async def test_a_claim_pings_an_agent_whose_answer_is_old(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance = await _warm_one(service)
+    key = pool_key(SPEC, service.backend.image_for(SPEC))
+    monkeypatch.setattr("sandbox.service.instances.CLAIM_FRESH_S", 0.0)  # every answer is old
+    pings: list[str] = []
+    real_ping = AgentClient.ping
+
+    async def counted(agent: AgentClient, *, deadline: float = 2.0) -> dict[str, Any]:
+        pings.append(agent.address)
+        return await real_ping(agent, deadline=deadline)
+
+    monkeypatch.setattr(AgentClient, "ping", counted)
+    assert await service.instances.claim_warm(key, "sb-test-7", tenant="default", spec=SPEC) == instance
+    assert pings == [service.backend.agent(instance).address]
+    await service.instances.retire(instance)
+
+
+async def test_the_pools_ping_queued_agents_whose_answer_got_old_and_remove_the_dead(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = service.backend
+    assert isinstance(backend, FakeBackend)
+    key = service.pools.add(SPEC, backend.image_for(SPEC), min=2, max=2)
+    await service.pools.refill()
+    await eventually(lambda: _holds(service, key, 2), 30, "the pool filling")
+    alive, dead = await service.store.items(key)
+    process = backend._procs[dead].process
+    process.kill()
+    await process.wait()
+    monkeypatch.setattr("sandbox.service.pools.FRESHEN_AFTER_S", 0.0)  # every answer is old: ping them all
+    service.pools.add(SPEC, backend.image_for(SPEC), min=0, max=2)  # starts nothing more: the pings are tested
+    before = time.monotonic()
+    await service.pools.refill()
+
+    async def only_the_live_one_left() -> bool:
+        return await service.store.items(key) == [alive] and await service.store.get(INSTANCES, dead) is None
+
+    await eventually(only_the_live_one_left, 30, "the dead one removed")
+    assert service.backend.agent(alive).answered_lately(time.monotonic() - before), "the live one was not pinged"
+    service.pools.remove(key)
+    await service.store.remove(key, alive)
+    await service.instances.retire(alive)
+
+
+async def _holds(service: SandboxService, key: str, count: int) -> bool:
+    return len(await service.store.items(key)) == count
 
 
 async def test_a_claims_store_writes_reach_the_file_with_the_sandbox_record(tmp_path: Any, socket_root: str) -> None:
