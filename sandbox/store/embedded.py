@@ -80,7 +80,8 @@ class EmbeddedStore(Store):
         self._data = _State()
         self._gen = 0  # bumped by every change
         self._written_gen = 0  # the newest generation on disk
-        self._write_lock = asyncio.Lock()  # one writer of the file at a time
+        self._writing: tuple[asyncio.Task[None], list[int]] | None = None
+        """The write under way (one at a time) and, once it has begun, the generation it carries."""
         # The file is written in a thread of its own: in the loop's default executor, a durable write would queue
         # behind whatever else waits there (engine calls, file copies) and every caller of the store with it.
         self._writer: ThreadPoolExecutor | None = None
@@ -252,19 +253,29 @@ class EmbeddedStore(Store):
             await self._write_through(self._gen)
 
     async def _write_through(self, gen: int) -> None:
-        # The write runs as its own task: a cancelled caller must not cancel a write half-way and let a second
-        # writer start on the same temp file.
-        task = asyncio.create_task(self._write(gen))
-        self._writes.add(task)
-        task.add_done_callback(_forget(self._writes))
-        await asyncio.shield(task)
+        """Every change up to generation ``gen`` on disk. Callers share writes (group commit): one joins the write
+        under way, which carries every change made before it began, or the next one, begun once that ends. The write
+        runs as a task of its own: a cancelled caller must not cancel a write half-way (the others wait for it)."""
+        while self._written_gen < gen:
+            if self._writing is None:
+                carries: list[int] = []
+                task = asyncio.create_task(self._write(carries))
+                self._writing = (task, carries)
+                self._writes.add(task)
+                task.add_done_callback(_forget(self._writes))
+            task, carries = self._writing
+            try:
+                await asyncio.shield(task)
+            except Unavailable:
+                if carries and carries[0] >= gen:
+                    raise  # the write that carried this change failed
+                # it failed before this change: the next write carries it
 
-    async def _write(self, gen: int) -> None:
+    async def _write(self, carries: list[int]) -> None:
         assert self.path is not None
-        async with self._write_lock:
-            if self._written_gen >= gen:
-                return  # a write that began after this change already carried it
+        try:
             target = self._gen
+            carries.append(target)
             snapshot = _to_disk(self._data, self._clock)
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="state-file")
@@ -273,6 +284,8 @@ class EmbeddedStore(Store):
             except OSError as e:
                 raise Unavailable(f"cannot write the state file {self.path}: {e}") from e
             self._written_gen = max(self._written_gen, target)
+        finally:
+            self._writing = None
 
     async def _flush_loop(self) -> None:
         while True:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.errors import FailedPrecondition
-from sandbox.store import EmbeddedStore
+from sandbox.errors import FailedPrecondition, Unavailable
+from sandbox.store import EmbeddedStore, embedded
 from tests.unit.store.conftest import LOGGER, ROOT, FakeClock
 
 
@@ -44,6 +44,53 @@ async def test_embedded_durable_write_is_on_disk_before_it_returns(tmp_path: Pat
     assert await reopened.items("pool") == ["w1"]
     assert await reopened.counter("created") == 1
     await reopened.close()
+
+
+async def test_embedded_durable_writes_at_once_share_one_file_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.json"
+    store = await EmbeddedStore.open(str(path), flush_interval=3600, logger=LOGGER)
+    writes: list[int] = []
+    real = embedded.write_file
+
+    def counted(target: str, snapshot: Any) -> None:
+        writes.append(len(snapshot.documents.get("sandboxes", {})))
+        real(target, snapshot)
+
+    monkeypatch.setattr(embedded, "write_file", counted)
+    await asyncio.gather(*(store.put("sandboxes", f"s{i}", {"n": i}) for i in range(64)))
+    assert writes == [64], f"64 changes made at once took these writes: {writes}"
+    assert len(on_disk(path)["documents"]["sandboxes"]) == 64
+    await store.close()
+
+
+async def test_embedded_a_failed_write_fails_the_changes_it_carried_not_later_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.json"
+    store = await EmbeddedStore.open(str(path), flush_interval=3600, logger=LOGGER)
+    real = embedded.write_file
+    began, go_on = threading.Event(), threading.Event()
+
+    def fails_once(target: str, snapshot: Any) -> None:
+        if not began.is_set():
+            began.set()
+            go_on.wait(10)
+            raise OSError("disk full (forced by the test)")
+        real(target, snapshot)
+
+    monkeypatch.setattr(embedded, "write_file", fails_once)
+    first = asyncio.create_task(store.put("sandboxes", "carried", {"n": 1}))
+    await asyncio.to_thread(began.wait, 10)  # that write has begun: a change made now waits for the next one
+    later = asyncio.create_task(store.put("sandboxes", "later", {"n": 2}))
+    await asyncio.sleep(0)
+    go_on.set()
+    with pytest.raises(Unavailable, match="disk full"):
+        await first
+    await later
+    assert set(on_disk(path)["documents"]["sandboxes"]) == {"carried", "later"}  # the next write carried both
+    await store.close()
 
 
 async def test_embedded_non_durable_write_is_flushed_within_the_interval(tmp_path: Path) -> None:
@@ -243,7 +290,7 @@ async def test_embedded_memory_only(tmp_path: Path) -> None:
 
 CHILD = """
 import asyncio, logging, os, signal, sys
-from sandbox.store import EmbeddedStore
+from sandbox.store import EmbeddedStore, embedded
 
 async def main(path, mode):
     store = await EmbeddedStore.open(path, flush_interval=3600, logger=logging.getLogger("child"))
