@@ -114,6 +114,36 @@ async def test_warm_acquire_starts_no_container(service: SandboxService) -> None
     assert len(await service.store.items(key)) == 1, "a warm instance is handed out once"
 
 
+async def test_a_warm_container_killed_on_the_engine_is_never_handed_out(
+    service: SandboxService, docker_client: docker.DockerClient
+) -> None:
+    """A claim asks no ping of an agent that answered lately on a connection it holds; a killed container's agent
+    has closed its connections, which the claim sees at once, so it pings, finds it dead and takes the next one."""
+    spec = _spec()
+    key = service.pools.add(spec, service.backend.image_for(spec), min=2, max=2)
+    lifecycle = Lifecycle(service, FAST, logger=LOGGER)
+    async with running(lifecycle):
+        await eventually(lambda: _has(service, key, 2), 60, "the pool filling")
+    service.pools.remove(key)
+    dead, alive = await service.store.items(key)
+    assert isinstance(service.backend, DockerBackend)
+    container = docker_client.containers.get(service.backend.container_name(dead))
+    container.kill()
+    await eventually(lambda: _exited(container), 30, "the container to stop")
+
+    info = await service.create(ALICE, spec)
+
+    record = await service.store.get("sandboxes", info.id)
+    assert record is not None and record["instance"] == alive, "handed out the killed container"
+    assert (await _sh(service, info.id, "echo alive")) == (0, "alive\n")
+    await service.delete(ALICE, info.id)
+
+
+def _exited(container: Any) -> bool:
+    container.reload()
+    return container.status != "running"
+
+
 async def _has(service: SandboxService, key: str, count: int) -> bool:
     return len(await service.store.items(key)) >= count
 
