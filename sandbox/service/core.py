@@ -26,6 +26,7 @@ from sandbox.errors import DeadlineExceeded, FailedPrecondition, NotFound, Sandb
 from sandbox.models import SandboxKind, SandboxState
 from sandbox.observability.metrics import Metrics, note_kind
 from sandbox.service.auth import Principal
+from sandbox.service.parsed_records import ParsedTexts
 from sandbox.service.records import EPOCH, META, SANDBOXES, SandboxRecord
 from sandbox.store import Store
 
@@ -70,6 +71,7 @@ class Records:
         self._log = logger
         self.epoch: str | None = None
         """The store's epoch as this replica last saw it; see ``records.EPOCH``."""
+        self._parsed = ParsedTexts()
 
     async def mark_epoch(self) -> None:
         """Mark a new store with an epoch (a store that later lacks it has lost its data), and note it."""
@@ -78,13 +80,9 @@ class Records:
         self.epoch = None if doc is None else str(doc.get("id"))
 
     async def read(self, sandbox_id: str) -> SandboxRecord | None:
-        """The stored record with its version, whoever's it is; None when there is none."""
-        found = await self.store.get_versioned(SANDBOXES, sandbox_id)
-        if found is None:
-            return None
-        record = SandboxRecord.model_validate(found.doc)
-        record.version = found.version
-        return record
+        """The stored record with its version, whoever's it is; None when there is none. A copy the caller may
+        change; parsed again only when the stored text changed (``parsed_records.ParsedTexts``)."""
+        return self._parsed.parse(sandbox_id, await self.store.get_stored(SANDBOXES, sandbox_id))
 
     async def find(self, principal: Principal, sandbox_id: str, *, allow_expired: bool = False) -> SandboxRecord:
         """The record of a sandbox ``principal`` sees: ``NotFound`` (another tenant's too), ``Unavailable`` while a

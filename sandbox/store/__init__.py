@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sandbox.store.base import Store, Versioned
+from sandbox.store.base import Store, Stored, Versioned
 from sandbox.store.config import EmbeddedStoreConfig, RedisStoreConfig, StoreConfig, default_state_path, open_store
 from sandbox.store.embedded import EmbeddedStore
 
@@ -24,6 +24,7 @@ __all__ = [
     "RedisStoreConfig",
     "Store",
     "StoreConfig",
+    "Stored",
     "Versioned",
     "default_state_path",
     "open_store",

@@ -45,6 +45,22 @@ class Versioned:
     version: int
 
 
+@dataclass(frozen=True)
+class Stored:
+    """A document as the store keeps it, compact JSON text, not yet decoded, and its version (``get_stored``). The
+    same text is the same document, whatever the versions: a caller that parsed this text before may reuse what it
+    made of it, and skip decoding and validating it again."""
+
+    text: str
+    version: int
+    where: str
+    """The document's name in ``decode``'s error."""
+
+    def decode(self) -> dict[str, Any]:
+        """The document (a fresh copy), as ``get_versioned`` returns it; FailedPrecondition for corrupt text."""
+        return decode_document(self.text, self.where)
+
+
 class StoreState(enum.Enum):
     NEW = "new"
     OPEN = "open"
@@ -116,6 +132,11 @@ class Store(abc.ABC):
         """The document and its version, read together (atomically); None if absent."""
         self._check_open()
         return await self._get_versioned(check_name("collection", collection), check_name("key", key))
+
+    async def get_stored(self, collection: str, key: str) -> Stored | None:
+        """The document's text and its version, read together (atomically), without decoding it; None if absent."""
+        self._check_open()
+        return await self._get_stored(check_name("collection", collection), check_name("key", key))
 
     async def put(self, collection: str, key: str, value: dict[str, Any], *, durable: bool = True) -> int:
         """Write a document; returns its new version. ``durable=False`` may be batched (the embedded store flushes
@@ -239,6 +260,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def _get_versioned(self, collection: str, key: str) -> Versioned | None: ...
+
+    @abc.abstractmethod
+    async def _get_stored(self, collection: str, key: str) -> Stored | None: ...
 
     @abc.abstractmethod
     async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> int: ...

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.errors import InvalidArgument, Unavailable
-from sandbox.store.base import Store, StoreState, Versioned, decode_document
+from sandbox.store.base import Store, Stored, StoreState, Versioned, decode_document
 from sandbox.store.embedded_file import Snapshot, open_file, write_file
 
 
@@ -133,6 +133,10 @@ class EmbeddedStore(Store):
     async def _get_versioned(self, collection: str, key: str) -> Versioned | None:
         held = self._data.documents.get(collection, {}).get(key)
         return None if held is None else Versioned(decode_document(held[0], f"{collection}/{key}"), held[1])
+
+    async def _get_stored(self, collection: str, key: str) -> Stored | None:
+        held = self._data.documents.get(collection, {}).get(key)
+        return None if held is None else Stored(held[0], held[1], f"{collection}/{key}")
 
     async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> int:
         version = self._write_doc(collection, key, text)

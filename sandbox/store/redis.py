@@ -40,7 +40,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from sandbox.errors import FailedPrecondition, InternalError, InvalidArgument, Unavailable
-from sandbox.store.base import Store, StoreState, Versioned, check_name, decode_document
+from sandbox.store.base import Store, Stored, StoreState, Versioned, check_name, decode_document
 
 T = TypeVar("T")
 
@@ -191,22 +191,37 @@ class RedisStore(Store):
 
     def _versioned(self, collection: str, key: str, text: str | bytes, version: str | bytes | None) -> Versioned:
         where = f"{collection}/{key} in Redis at {self._where}"
-        doc = decode_document(text, where)
+        return Versioned(decode_document(text, where), self._version(where, version))
+
+    @staticmethod
+    def _version(where: str, version: str | bytes | None) -> int:
         if version is None:
-            return Versioned(doc, 1)  # written by a build without versions
+            return 1  # written by a build without versions
         try:
             number = int(version)
         except ValueError:
             number = 0
         if number < 1:
             raise FailedPrecondition(f"corrupt version of document {where}: {version!r}")
-        return Versioned(doc, number)
+        return number
 
     async def _get(self, collection: str, key: str) -> dict[str, Any] | None:
         text = await self._read(lambda: self._client.hget(self._key("doc", collection), key), "HGET")
         return None if text is None else decode_document(text, f"{collection}/{key} in Redis at {self._where}")
 
     async def _get_versioned(self, collection: str, key: str) -> Versioned | None:
+        text, version = await self._read_versioned(collection, key)
+        return None if text is None else self._versioned(collection, key, text, version)
+
+    async def _get_stored(self, collection: str, key: str) -> Stored | None:
+        text, version = await self._read_versioned(collection, key)
+        if text is None:
+            return None
+        where = f"{collection}/{key} in Redis at {self._where}"
+        return Stored(_str(text), self._version(where, version), where)
+
+    async def _read_versioned(self, collection: str, key: str) -> tuple[Any, Any]:
+        """The document's text and version fields, read in one MULTI/EXEC."""
         docs, versions, _ = self._doc_keys(collection)
 
         async def read() -> list[Any]:
@@ -216,7 +231,7 @@ class RedisStore(Store):
                 return await pipe.execute()
 
         text, version = await self._read(read, "MULTI HGET")
-        return None if text is None else self._versioned(collection, key, text, version)
+        return text, version
 
     async def _put(self, collection: str, key: str, text: str, *, durable: bool) -> int:
         return int(await self._run(self._put_script(keys=self._doc_keys(collection), args=[key, text]), "put"))

@@ -82,6 +82,10 @@ async def test_redis_key_layout(redis_server: RedisServer) -> None:
         await raw.hset(f"{namespace}:doc:sandboxes", "bad", "{not json")
         with pytest.raises(FailedPrecondition, match="corrupt document sandboxes/bad"):
             await store.get("sandboxes", "bad")
+        stored = await store.get_stored("sandboxes", "bad")  # read as it is; its decoding says what is wrong
+        assert stored is not None and stored.text == "{not json"
+        with pytest.raises(FailedPrecondition, match="corrupt document sandboxes/bad in Redis at"):
+            stored.decode()
     finally:
         await raw.aclose()
         await store.close()

@@ -122,6 +122,21 @@ async def test_all_versioned_since_hands_back_only_the_versions_of_documents_kno
     assert await b.all_versioned_since("nothing", known) == {}
 
 
+async def test_stored_is_the_text_and_version_get_versioned_reads(stores: tuple[Store, Store]) -> None:
+    a, b = stores
+    assert await a.get_stored("c", "k") is None
+    v1 = await a.put("c", "k", {"n": 1, "pair": (1, 2)})
+    stored = await b.get_stored("c", "k")
+    assert stored is not None and stored.version == v1
+    assert json.loads(stored.text) == {"n": 1, "pair": [1, 2]}
+    assert Versioned(stored.decode(), stored.version) == await b.get_versioned("c", "k")
+    v2 = await b.put("c", "k", {"n": 1, "pair": (1, 2)})  # the same document again: the same text, a new version
+    again = await a.get_stored("c", "k")
+    assert again is not None and again.text == stored.text and again.version == v2 > v1
+    await a.delete("c", "k")
+    assert await b.get_stored("c", "k") is None
+
+
 async def test_versioned_is_a_frozen_copy(store: Store) -> None:
     version = await store.put("c", "k", {"list": [1]})
     got = await store.get_versioned("c", "k")
@@ -323,6 +338,8 @@ async def test_redis_version_keys(redis_server: RedisServer) -> None:
         await raw.hset(f"{namespace}:ver:sandboxes", "s2", "not-a-number")
         with pytest.raises(FailedPrecondition, match="corrupt version of document sandboxes/s2"):
             await store.get_versioned("sandboxes", "s2")
+        with pytest.raises(FailedPrecondition, match="corrupt version of document sandboxes/s2 in Redis at"):
+            await store.get_stored("sandboxes", "s2")
         with pytest.raises(FailedPrecondition, match="corrupt version"):
             await store.all_versioned("sandboxes")
     finally:
