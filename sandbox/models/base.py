@@ -3,6 +3,7 @@ android actions of :mod:`sandbox.models.android` join ``Action`` in :mod:`sandbo
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from typing import Annotated, Any, Literal
@@ -31,10 +32,16 @@ class _Action(Model):
         ``count: true``), while it must still take ``3.0`` for an integer, as JSON Schema does."""
         if isinstance(data, dict):
             for name, value in data.items():
-                field = cls.model_fields.get(name)
-                if isinstance(value, bool) and field is not None and not _takes_bool(field.annotation):
+                if isinstance(value, bool) and not _bool_allowed(cls, name):
                     raise ValueError(f"{name} takes no boolean, and {str(value).lower()} is one")
         return data
+
+
+@functools.cache
+def _bool_allowed(model: type[BaseModel], name: str) -> bool:
+    """Whether a boolean may go in ``name`` (an unknown name: the model's own check refuses it)."""
+    field = model.__pydantic_fields__.get(name)
+    return field is None or _takes_bool(field.annotation)
 
 
 def _takes_bool(annotation: Any) -> bool:

@@ -24,7 +24,7 @@ import json
 import re
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -100,77 +100,141 @@ def enum_prefix(enum: EnumDescriptor) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper() + "_"
 
 
+class _Enum(NamedTuple):
+    """An enum's values both ways: proto number → model value, model value's upper case → proto number."""
+
+    to_model: dict[int, str]
+    to_proto: dict[str, int]
+
+
+_enums: dict[str, _Enum] = {}
+
+
+def _enum(enum: EnumDescriptor) -> _Enum:
+    found = _enums.get(enum.full_name)
+    if found is None:
+        prefix = enum_prefix(enum)
+        found = _enums[enum.full_name] = _Enum(
+            {v.number: v.name.removeprefix(prefix).lower() for v in enum.values},
+            {v.name.removeprefix(prefix): v.number for v in enum.values if v.name.startswith(prefix)},
+        )
+    return found
+
+
 def _enum_to_model(enum: EnumDescriptor, number: int) -> Any:
-    value = enum.values_by_number.get(number)
+    value = _enum(enum).to_model.get(number)
     if value is None:
         return number  # a value this build does not know: let the model reject it by name
-    return value.name.removeprefix(enum_prefix(enum)).lower()
+    return value
 
 
 def _enum_to_proto(enum: EnumDescriptor, value: Any) -> int:
-    return int(enum.values_by_name[enum_prefix(enum) + str(value).upper()].number)
+    return _enum(enum).to_proto[str(value).upper()]
 
 
 _UNSET = object()
 
+# What a field is, for the walk (worked out once per message type: ``_fields``).
+_SCALAR, _MESSAGE, _ENUM = 0, 1, 2
+_SINGLE, _REPEATED, _MAP = 0, 1, 2
 
-def _scalar_to_model(field: FieldDescriptor, value: Any) -> Any:
+
+class _Field(NamedTuple):
+    name: str
+    shape: int
+    """_SINGLE, _REPEATED or _MAP."""
+    kind: int
+    """Of the value (a map's: of its values): _SCALAR, _MESSAGE or _ENUM."""
+    presence: bool
+    enum: EnumDescriptor | None
+
+
+def _kind(field: FieldDescriptor) -> int:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return _MESSAGE
+    return _ENUM if field.type == FieldDescriptor.TYPE_ENUM else _SCALAR
+
+
+def _field(field: FieldDescriptor) -> _Field:
+    if _is_map(field):
+        value = field.message_type.fields_by_name["value"]
+        return _Field(field.name, _MAP, _kind(value), False, value.enum_type)
+    shape = _REPEATED if field.is_repeated else _SINGLE
+    return _Field(field.name, shape, _kind(field), bool(field.has_presence), field.enum_type)
+
+
+_plans: dict[str, tuple[tuple[_Field, ...], dict[str, _Field]]] = {}
+
+
+def _fields(descriptor: Descriptor) -> tuple[tuple[_Field, ...], dict[str, _Field]]:
+    """A message type's fields, in order and by name."""
+    plan = _plans.get(descriptor.full_name)
+    if plan is None:
+        fields = tuple(_field(f) for f in descriptor.fields)
+        plan = _plans[descriptor.full_name] = (fields, {f.name: f for f in fields})
+    return plan
+
+
+def _scalar_to_model(field: _Field, value: Any) -> Any:
+    if field.kind == _MESSAGE:
         return to_dict(value)
-    if field.type == FieldDescriptor.TYPE_ENUM:
-        return _UNSET if value == 0 else _enum_to_model(field.enum_type, value)
+    if field.kind == _ENUM:
+        assert field.enum is not None
+        return _UNSET if value == 0 else _enum_to_model(field.enum, value)
     return value
 
 
 def to_dict(message: Message) -> dict[str, Any]:
     """The fields of ``message`` that are set, as model input."""
     out: dict[str, Any] = {}
-    descriptor: Descriptor = message.DESCRIPTOR
-    for field in descriptor.fields:
-        if field.has_presence and not message.HasField(field.name):
+    for field in _fields(message.DESCRIPTOR)[0]:
+        name = field.name
+        if field.presence and not message.HasField(name):
             continue
-        value = getattr(message, field.name)
-        if _is_map(field):
-            value_field = field.message_type.fields_by_name["value"]
-            out[field.name] = {k: _scalar_to_model(value_field, v) for k, v in value.items()}
-        elif field.is_repeated:
-            out[field.name] = [_scalar_to_model(field, v) for v in value]
+        value = getattr(message, name)
+        if field.shape == _MAP:
+            out[name] = {k: _scalar_to_model(field, v) for k, v in value.items()}
+        elif field.shape == _REPEATED:
+            out[name] = [_scalar_to_model(field, v) for v in value]
+        elif field.kind == _SCALAR:
+            out[name] = value
         else:
             converted = _scalar_to_model(field, value)
             if converted is not _UNSET:
-                out[field.name] = converted
+                out[name] = converted
     return out
 
 
 def fill(message: Message, data: Mapping[str, Any]) -> Message:
     """Set the fields of ``message`` from model output (``model_dump()``); ``None`` stays unset."""
     message.SetInParent()
-    fields = message.DESCRIPTOR.fields_by_name
+    fields = _fields(message.DESCRIPTOR)[1]
     for name, value in data.items():
         if value is None:
             continue
         field = fields[name]
-        if _is_map(field):
+        if field.shape == _MAP:
             target = getattr(message, name)
-            value_field = field.message_type.fields_by_name["value"]
             for key, item in value.items():
-                if value_field.type == FieldDescriptor.TYPE_MESSAGE:
+                if field.kind == _MESSAGE:
                     fill(target[key], item)
                 else:
                     target[key] = item
-        elif field.is_repeated:
+        elif field.shape == _REPEATED:
             target = getattr(message, name)
             for item in value:
-                if field.type == FieldDescriptor.TYPE_MESSAGE:
+                if field.kind == _MESSAGE:
                     fill(target.add(), item)
-                elif field.type == FieldDescriptor.TYPE_ENUM:
-                    target.append(_enum_to_proto(field.enum_type, item))
+                elif field.kind == _ENUM:
+                    assert field.enum is not None
+                    target.append(_enum_to_proto(field.enum, item))
                 else:
                     target.append(item)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        elif field.kind == _MESSAGE:
             fill(getattr(message, name), value)
-        elif field.type == FieldDescriptor.TYPE_ENUM:
-            setattr(message, name, _enum_to_proto(field.enum_type, value))
+        elif field.kind == _ENUM:
+            assert field.enum is not None
+            setattr(message, name, _enum_to_proto(field.enum, value))
         else:
             setattr(message, name, value)
     return message
