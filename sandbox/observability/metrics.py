@@ -71,6 +71,7 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self._operations: dict[tuple[str, str, str], Histogram] = {}
         self.api_errors = Counter(
             "sandbox_api_errors",
             "Calls answered with an error, by transport (grpc, rest), method (RPC name or route) and status code "
@@ -198,7 +199,16 @@ class Metrics:
             raise
         finally:
             _current.reset(token)
-            self.operation_seconds.labels(name, timing.kind, outcome).observe(time.perf_counter() - started)
+            self._operation(name, timing.kind, outcome).observe(time.perf_counter() - started)
+
+    def _operation(self, name: str, kind: str, outcome: str) -> Histogram:
+        """The histogram of one operation, kind and outcome (prometheus' ``labels()`` checks and locks on every
+        call: a step would pay that each time)."""
+        key = (name, kind, outcome)
+        child = self._operations.get(key)
+        if child is None:
+            child = self._operations[key] = self.operation_seconds.labels(name, kind, outcome)
+        return child
 
     def api_error(self, transport: str, method: str, code: str) -> None:
         self.api_errors.labels(transport, method, code).inc()

@@ -79,9 +79,7 @@ class Acting:
         except Unavailable as e:
             raise await self.failures.dead(record, e) from e
         await self._touch(record)
-        self.activity.recent.setdefault(record.id, deque(maxlen=RECENT_ACTIONS)).append(
-            {"at": time.time(), "action": shown.model_dump(mode="json")}
-        )
+        self.activity.recent.setdefault(record.id, deque(maxlen=RECENT_ACTIONS)).append((time.time(), shown))
         return Observation(**obs, timings_ms={**timings, "total": ms_since(started)})
 
     async def _perform(self, record: SandboxRecord, agent: AgentClient, action: Action) -> dict[str, Any]:
@@ -231,7 +229,10 @@ class Acting:
 
     async def recent_actions(self, principal: Principal, sandbox_id: str) -> list[dict[str, Any]]:
         await self.records.find(principal, sandbox_id)
-        return list(self.activity.recent.get(sandbox_id, ()))
+        return [
+            {"at": at, "action": action.model_dump(mode="json")}
+            for at, action in self.activity.recent.get(sandbox_id, ())
+        ]
 
     async def output_tail(self, principal: Principal, sandbox_id: str, *, lines: int = 200) -> list[str]:
         """The last ``lines`` lines its commands printed through this control plane (``service.output_tail``)."""

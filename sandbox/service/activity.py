@@ -9,15 +9,16 @@ asks. A reset forgets the sandbox's history; a delete forgets everything of it.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
+from sandbox.models import Action
 from sandbox.service.output_tail import OutputTails
 
 
 class Activity:
     def __init__(self) -> None:
-        self.recent: dict[str, deque[dict[str, Any]]] = {}
-        """Sandbox id -> its last actions, each ``{"at": ..., "action": ...}``, oldest first."""
+        self.recent: dict[str, deque[tuple[float, Action]]] = {}
+        """Sandbox id -> its last actions, each (when, the action), oldest first (``Acting.recent_actions`` says
+        them as JSON: only when asked, not on every step)."""
         self.touched: dict[str, float] = {}
         """Sandbox id -> when a call last wrote its ``last_active_at``."""
         self.output = OutputTails()
