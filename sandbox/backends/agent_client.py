@@ -265,8 +265,8 @@ class AgentClient:
         )
 
     async def screenshot(self, *, format: str = "png", quality: int = 80) -> Screenshot:
-        if format not in ("png", "jpeg"):
-            raise InvalidArgument(f"screenshot format must be png or jpeg, not {format!r}")
+        if format not in ("png", "jpeg", "zstd"):
+            raise InvalidArgument(f"screenshot format must be png, jpeg or zstd, not {format!r}")
         result, data = await self.request("screenshot", {"format": format, "quality": quality}, deadline=10)
         return Screenshot(data=data, width=result["width"], height=result["height"], format=result["format"])
 

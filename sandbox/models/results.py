@@ -3,11 +3,15 @@ result, a file's listing entry, a health report."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field
 
 from sandbox.models.base import Model
+from sandbox.models.images import ImageFormat, decode
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 class ExecResult(Model):
@@ -32,7 +36,12 @@ class Screenshot(Model):
     data: bytes = Field(repr=False)
     width: int
     height: int
-    format: Literal["png", "jpeg"]
+    format: ImageFormat = Field(description="png, jpeg, or zstd (the screen's BGRX pixels, see sandbox.models.images)")
+
+    def image(self) -> Image.Image:
+        """The screenshot as an RGB Pillow image, whatever its format (needs Pillow; ``zstd`` also a decoder, see
+        :mod:`sandbox.models.images`)."""
+        return decode(self.data, self.format, self.width, self.height)
 
 
 class FileInfo(Model):

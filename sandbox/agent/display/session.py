@@ -10,9 +10,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PIL import Image
 from Xlib import X, Xatom
 from Xlib import display as xdisplay
 from Xlib import error as xerror
@@ -22,10 +21,14 @@ from Xlib.xobject.drawable import Window as XWindow
 
 from sandbox.agent.display.arguments import coordinate, int_arg
 from sandbox.agent.display.damage import ScreenDamage
+from sandbox.agent.display.encoders import pil
 from sandbox.agent.display.keymap import Keymap
 from sandbox.agent.display.xshm import SharedMemory
 from sandbox.agent.errors import AgentError, bad_request
 from sandbox.protocol import ErrorCode
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 # Chromium counts clicks sent in one burst as separate single clicks; xdotool waits 100 ms between repeats.
 MULTI_CLICK_GAP_SECONDS = 0.03
@@ -61,6 +64,7 @@ class XSession:
             self.keymap = Keymap(self.d, self.root)
             self._atoms = {name: self.d.intern_atom(name) for name in ("WM_PROTOCOLS", "_NET_WM_PING")}
             self._ping_serial = 0
+            self._unseen: dict[str, tuple[int, int]] = {}  # per reader: rows another reader's capture copied
             self.shm = SharedMemory.attach(self.d, self.width * self.height * 4)
             # Without shared memory a capture streams the pixels through the socket: the whole screen each time.
             self.damage = ScreenDamage.track(self.d, self.root, self.height) if self.shm else None
@@ -94,24 +98,32 @@ class XSession:
         else:
             raw = self.root.get_image(x, y, w, h, X.ZPixmap, 0xFFFFFFFF).data
         # Decoding BGRX copies the pixels, so the shared segment is free for the next capture.
-        return Image.frombuffer("RGB", (w, h), raw, "raw", "BGRX", 0, 1)
+        return pil().frombuffer("RGB", (w, h), raw, "raw", "BGRX", 0, 1)
 
-    def screen_pixels(self, *, whole: bool = True, align: int = 1) -> tuple[memoryview, int, int, tuple[int, int]]:
+    def screen_pixels(
+        self, *, whole: bool = True, align: int = 1, reader: str = "png"
+    ) -> tuple[memoryview, int, int, tuple[int, int]]:
         """The screen's BGRX pixels, writable, valid until the next capture; its width, its height, and the rows
-        ``[top, bottom)`` copied afresh. Unless ``whole`` is asked for, only the rows drawn on since the last call
-        are copied (widened to multiples of ``align``): the others hold what an earlier capture left there."""
+        ``[top, bottom)`` new to ``reader`` (each format's cache is one). Unless ``whole`` is asked for, only the rows
+        drawn on since the last call are copied (widened to multiples of ``align``): the others hold what an earlier
+        capture left there, and those an earlier capture for another reader copied count as new to this one."""
         if self.shm is None:
             data = self.root.get_image(0, 0, self.width, self.height, X.ZPixmap, 0xFFFFFFFF).data
             return memoryview(bytearray(data)), self.width, self.height, (0, self.height)
-        top, bottom = self.damage.take() if self.damage is not None else (0, self.height)
+        stride = self.width * 4
+        drawn = self.damage.take() if self.damage is not None else (0, self.height)
+        for other, rows in self._unseen.items():
+            self._unseen[other] = _union(rows, drawn)
+        new = _union(self._unseen.get(reader, (0, 0)), drawn)
+        self._unseen[reader] = (0, 0)
         if whole:
-            top, bottom = 0, self.height
-        elif bottom > top:
-            top, bottom = top // align * align, min(self.height, -(-bottom // align) * align)
-        if bottom > top:
-            stride = self.width * 4
-            self.shm.get_image(self.d, self.root, 0, top, self.width, bottom - top, offset=top * stride)
-        return memoryview(self.shm.buffer()).cast("B"), self.width, self.height, (top, bottom)
+            drawn = new = (0, self.height)
+        drawn = _aligned(drawn, align, self.height)
+        if drawn[1] > drawn[0]:  # the rows another reader's capture copied are in the segment already
+            self.shm.get_image(
+                self.d, self.root, 0, drawn[0], self.width, drawn[1] - drawn[0], offset=drawn[0] * stride
+            )
+        return memoryview(self.shm.buffer()).cast("B"), self.width, self.height, _aligned(new, align, self.height)
 
     def cursor(self) -> tuple[int, int]:
         pointer = self.root.query_pointer()
@@ -247,3 +259,19 @@ class XSession:
                     return False
         finally:
             self.root.change_attributes(event_mask=X.NoEventMask)
+
+
+def _union(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    """The smallest span of rows holding both (either may be empty)."""
+    if a[1] <= a[0]:
+        return b
+    if b[1] <= b[0]:
+        return a
+    return min(a[0], b[0]), max(a[1], b[1])
+
+
+def _aligned(rows: tuple[int, int], align: int, height: int) -> tuple[int, int]:
+    top, bottom = rows
+    if bottom <= top:
+        return rows
+    return top // align * align, min(height, -(-bottom // align) * align)

@@ -56,7 +56,10 @@ WaitSeconds = Annotated[
         description="Queue this long for capacity when the host or your quota is full (0: refuse at once with 429).",
     ),
 ]
-ImageFormat = Annotated[Literal["png", "jpeg"], Query(description="Image encoding.")]
+ImageFormat = Annotated[
+    Literal["png", "jpeg", "zstd"],
+    Query(description="Image encoding; zstd: the screen's BGRX pixels, Zstandard-compressed (sandbox.models.images)."),
+]
 Quality = Annotated[int, Query(ge=1, le=100, description="JPEG quality (ignored for png).")]
 WITH_BODY = error_responses(400, 413)
 """A route that takes a JSON body: it may be unreadable, or too large."""
@@ -223,7 +226,12 @@ def router() -> APIRouter:
     @router.get(
         "/sandboxes/{sandbox_id}/screenshot",
         response_class=Response,
-        responses={200: {"content": {"image/png": {}, "image/jpeg": {}}, "description": "The raw image."}},
+        responses={
+            200: {
+                "content": {"image/png": {}, "image/jpeg": {}, "application/zstd": {}},
+                "description": "The raw image (zstd: the screen's pixels, sized by the X-Screen headers).",
+            }
+        },
         tags=["acting"],
     )
     async def screenshot(
@@ -232,7 +240,7 @@ def router() -> APIRouter:
         shot = await service.screenshot(caller, sandbox_id, format=format, quality=quality)
         return Response(
             shot.data,
-            media_type=f"image/{shot.format}",
+            media_type="application/zstd" if shot.format == "zstd" else f"image/{shot.format}",
             headers={"X-Screen-Width": str(shot.width), "X-Screen-Height": str(shot.height)},
         )
 

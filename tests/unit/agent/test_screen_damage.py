@@ -25,6 +25,7 @@ from Xlib import display as xdisplay
 
 from sandbox.agent.display.frames import BAND_ROWS
 from sandbox.agent.display.service import Display
+from sandbox.models.images import decode
 
 WIDTH, HEIGHT = 640, 480
 BANDS = -(-HEIGHT // BAND_ROWS)
@@ -165,3 +166,42 @@ async def test_drawing_during_screenshots_loses_no_row(display: Display, xvfb: s
     assert max(copied) > 0, "the drawing was never seen"
     _, shown = await _cached(display)
     assert shown == await _afresh(display), "a row drawn on during the screenshots was never copied again"
+
+
+async def _zstd(display: Display) -> tuple[dict[str, Any], bytes]:
+    meta, data = await display.screenshot({"format": "zstd"})
+    assert (meta["format"], meta["width"], meta["height"]) == ("zstd", WIDTH, HEIGHT)
+    return meta, decode(data, "zstd", WIDTH, HEIGHT).tobytes()
+
+
+async def test_zstd_screenshots_show_the_screen_and_compress_again_only_when_drawn_on(
+    display: Display, painter: Any
+) -> None:
+    root = painter.screen().root
+    meta, first = await _zstd(display)
+    assert first == await _afresh(display) and not meta["reused"]
+    meta, again = await _zstd(display)
+    assert meta["reused"] and again == first, "nothing was drawn"
+    _fill(painter, root, 0xFF00FF, 10, 40, 30, 10)
+    painter.sync()
+    meta, shown = await _zstd(display)
+    assert not meta["reused"] and shown == await _afresh(display)
+    region = {"x": 10, "y": 40, "width": 30, "height": 10}
+    meta, data = await display.screenshot({"format": "zstd", "region": region})
+    assert decode(data, "zstd", 30, 10).getpixel((0, 0)) == (255, 0, 255)
+
+
+async def test_png_and_zstd_screenshots_taken_in_turn_each_see_every_drawing(display: Display, painter: Any) -> None:
+    """Each format's cache must see the rows the other's capture copied (the damage is taken once for both)."""
+    root = painter.screen().root
+    await _cached(display)
+    await _zstd(display)
+    for i, colour in enumerate((0x102030, 0x302010, 0x203010, 0x0000FF)):
+        _fill(painter, root, colour, 20 * i, 30 * i, 50, 20)
+        painter.sync()
+        take, other = (_zstd, _cached) if i % 2 else (_cached, _zstd)
+        _, shown = await take(display)
+        expected = await _afresh(display)
+        assert shown == expected, f"drawing {i}: the {take.__name__} screenshot shows an old screen"
+        _, shown = await other(display)
+        assert shown == expected, f"drawing {i}: the {other.__name__} screenshot missed what the other's copied"
