@@ -71,7 +71,8 @@ start_x() {
     rm -f "/tmp/.X$n-lock" "/tmp/.X11-unix/X$n"
     mkdir -p /tmp/.X11-unix 2>/dev/null
     # -noreset: by default Xvfb resets when its last client leaves, so the probe below would race every next client.
-    start xvfb Xvfb "$DISPLAY" -screen 0 "$SCREEN" -nolisten tcp -ac -noreset
+    # shellcheck disable=SC2086 # XVFB_ARGS: an entrypoint's extra options, split on spaces
+    start xvfb Xvfb "$DISPLAY" -screen 0 "$SCREEN" -nolisten tcp -ac -noreset ${XVFB_ARGS:-}
     for ((i = 0; i < 100; i++)); do
         if xdpyinfo >/dev/null 2>&1; then
             say "X server ready on $DISPLAY ($SCREEN)"

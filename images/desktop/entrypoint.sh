@@ -1,6 +1,7 @@
 #!/bin/bash
-# Desktop sandbox: session bus, Xvfb, the wallpaper and the panel, openbox, x11vnc (localhost:5900), then the agent
-# and OSWorld's in-VM HTTP API (127.0.0.1:5000, sandbox.agent.osworld_api). Runs under docker-init as the sandbox
+# Desktop sandbox: session bus, Xvfb, the wallpaper and the panel, openbox, the VNC port (localhost:5900: x11vnc
+# starts with the first viewer), then the agent and OSWorld's in-VM HTTP API (127.0.0.1:5000,
+# sandbox.agent.osworld_api). Runs under docker-init as the sandbox
 # user, `user` with home /home/user as on OSWorld's VM (/home/sandbox links there). SANDBOX_DESKTOP_PLAIN=1 (the
 # spec's env): no wallpaper and no panel, a black screen with the window manager only. SANDBOX_OSWORLD_API=0: no
 # OSWorld API; SANDBOX_OSWORLD_API_LISTEN=HOST:PORT: serve it elsewhere.
@@ -25,7 +26,11 @@ start_session_bus() {
     say "session bus did not come up within 5s"
 }
 
-DESKTOP_DIR=/opt/sandbox/desktop # look.py (the wallpaper), tint2rc (the panel), applications/ (its launchers)
+DESKTOP_DIR=/opt/sandbox/desktop # look.py (the wallpaper), tint2rc (the panel), applications/ (its launchers),
+# vnc-connect.sh (a VNC viewer's connection)
+# No GLX: nothing here renders with OpenGL (Chromium runs with --disable-gpu), and Xvfb's GLX loads Mesa's software
+# renderer and LLVM, 11 MB of each desktop's memory (54 MB of its X server's resident set)
+XVFB_ARGS="-extension GLX"
 DOWNLOADS_DIR=$HOME/Downloads    # Chromium's, as on OSWorld's VM
 OPENBOX_CONFIG=/tmp/sandbox-openbox/rc.xml
 
@@ -40,6 +45,10 @@ write_openbox_config() { # Debian's rc.xml plus OSWorld's (Ubuntu's) ctrl+alt+t:
 start_osworld_api() { # OSWorld's in-VM API (its controller's /screenshot, /execute, /setup/...), from the home folder
     [[ ${SANDBOX_OSWORLD_API:-1} == 0 ]] && return 0
     start osworld-api python3 -m sandbox.agent.osworld_api --listen "${SANDBOX_OSWORLD_API_LISTEN:-127.0.0.1:5000}"
+}
+
+start_vnc_on_demand() { # localhost only: the control plane reaches it through the agent's tunnel
+    start vnc socat TCP-LISTEN:5900,bind=127.0.0.1,reuseaddr,fork EXEC:"bash $DESKTOP_DIR/vnc-connect.sh"
 }
 
 start_session_look() { # the wallpaper and the panel (tint2rc: launchers and a clock), drawn before the window manager
@@ -76,7 +85,7 @@ if start_x; then
     start_session_look
     start_wm
     finish_session_look
-    start_vnc
+    start_vnc_on_demand
     start_osworld_api # last: its start-up does not compete with the first frame's (OSWorld's harness polls for it)
     run_autostart
 else

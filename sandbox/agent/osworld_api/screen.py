@@ -3,6 +3,8 @@ whole screen with the mouse pointer drawn in, as OSWorld's server draws it), ``/
 ``/setup/change_wallpaper`` and ``/wallpaper``.
 
 Each call opens its own connection to the display (a few milliseconds), so concurrent requests share nothing.
+Pillow and python-xlib are imported on the first call that needs them: idle, the server holds neither (about 2 MB
+of every desktop's memory; OSWorld's harness may never ask for the screen through this API).
 The wallpaper is painted on the root window, scaled to cover the screen (GNOME's "zoom"); the file it came from is
 recorded in ``~/.config/sandbox/wallpaper`` and is what ``/wallpaper`` sends back. Until a task sets one, it sends
 a PNG of the image's own wallpaper (the gradient the desktop's look.py paints), or 404 on a plain desktop (none).
@@ -16,10 +18,7 @@ import mimetypes
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from PIL import Image
-from Xlib import X, display
+from typing import TYPE_CHECKING, Any
 
 from sandbox.agent.osworld_api.web import HttpError, Request, Response, file_response, json_response, text_response
 
@@ -28,10 +27,16 @@ LOOK = "/opt/sandbox/desktop/look.py"
 """The desktop's look (images/desktop/rootfs): its ``blend(t)`` is the wallpaper's colour ``t`` of the way down."""
 PUT_ROWS_BYTES = 200_000
 """Bytes of pixels per PutImage request (the core protocol's request limit is 256 KiB)."""
+Z_PIXMAP = 2  # Xlib.Z_PIXMAP
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 @contextmanager
 def connection() -> Iterator[Any]:
+    from Xlib import display
+
     try:
         d = display.Display(os.environ.get("DISPLAY", ":0"))
     except Exception as e:
@@ -44,10 +49,12 @@ def connection() -> Iterator[Any]:
 
 def capture(with_cursor: bool = True) -> Image.Image:
     """The whole screen as RGB, the pointer drawn in."""
+    from PIL import Image
+
     with connection() as d:
         root = d.screen().root
         geometry = root.get_geometry()
-        raw = root.get_image(0, 0, geometry.width, geometry.height, X.ZPixmap, 0xFFFFFFFF)
+        raw = root.get_image(0, 0, geometry.width, geometry.height, Z_PIXMAP, 0xFFFFFFFF)
         image = Image.frombytes("RGB", (geometry.width, geometry.height), raw.data, "raw", "BGRX")
         if with_cursor:
             _draw_cursor(d, image)
@@ -55,6 +62,8 @@ def capture(with_cursor: bool = True) -> Image.Image:
 
 
 def _draw_cursor(d: Any, image: Image.Image) -> None:
+    from PIL import Image
+
     try:
         if not d.has_extension("XFIXES"):
             return
@@ -98,6 +107,8 @@ def change_wallpaper(request: Request) -> Response:
     path = os.path.expandvars(os.path.expanduser(str(raw)))
     if not os.path.isfile(path):
         return text_response(f"File not found: {path}", 404)
+    from PIL import Image
+
     try:
         picture = Image.open(path).convert("RGB")
     except Exception as e:
@@ -125,7 +136,7 @@ def paint_root(picture: Image.Image) -> None:
         rows = max(1, PUT_ROWS_BYTES // (width * 4))
         for y in range(0, height, rows):
             n = min(rows, height - y)
-            pixmap.put_image(gc, 0, y, width, n, X.ZPixmap, 24, 0, data[y * width * 4 : (y + n) * width * 4])
+            pixmap.put_image(gc, 0, y, width, n, Z_PIXMAP, 24, 0, data[y * width * 4 : (y + n) * width * 4])
         # The server keeps the background's pixels once set: the pixmap can go with this connection.
         screen.root.change_attributes(background_pixmap=pixmap)
         screen.root.clear_area(0, 0, width, height, True)
@@ -149,6 +160,8 @@ def wallpaper(_: Request) -> Response:
 
 def own_wallpaper() -> Image.Image:
     """The image's gradient wallpaper at the screen's size, drawn as look.py draws it."""
+    from PIL import Image
+
     spec = importlib.util.spec_from_file_location("sandbox_desktop_look", LOOK)
     assert spec is not None and spec.loader is not None
     look = importlib.util.module_from_spec(spec)

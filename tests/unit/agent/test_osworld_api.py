@@ -8,6 +8,8 @@ import json
 import logging
 import os
 import struct
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -129,3 +131,13 @@ def test_the_server_answers_execute_and_errors(api: str, tmp_path: Any) -> None:
     assert status == 400 and json.loads(body)["returncode"] == -1
     status, kind, body = _call(f"{api}/desktop_path", {})
     assert json.loads(body) == {"desktop_path": f"{tmp_path}/Desktop"}
+
+
+def test_the_server_imports_neither_pillow_nor_xlib_until_asked_for_the_screen() -> None:
+    """Idle, a desktop's OSWorld API holds neither (about 2 MB of every desktop's memory)."""
+    code = (
+        "import sys, sandbox.agent.osworld_api.__main__, sandbox.agent.osworld_api.app\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'PIL', 'Xlib'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -205,3 +206,10 @@ async def test_png_and_zstd_screenshots_taken_in_turn_each_see_every_drawing(dis
         assert shown == expected, f"drawing {i}: the {take.__name__} screenshot shows an old screen"
         _, shown = await other(display)
         assert shown == expected, f"drawing {i}: the {other.__name__} screenshot missed what the other's copied"
+
+
+def test_the_agents_display_imports_pillow_only_for_a_screenshot() -> None:
+    """An idle desktop's agent (health probes through Xlib) holds no Pillow (about 0.5 MB of every desktop)."""
+    code = "import sys, sandbox.agent.display.service\nprint('PIL' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
