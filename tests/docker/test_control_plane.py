@@ -21,6 +21,7 @@ from sandbox.client import AsyncClient, Client
 from sandbox.errors import FailedPrecondition, NotFound
 from sandbox.gym import SandboxEnv
 from sandbox.models import Observation
+from sandbox.models.images import decode
 from tests.conftest import OWNER, RUN_ID
 from tests.docker.servers import SANDBOX_BIN, ServerProcess
 
@@ -227,6 +228,34 @@ def test_desktop_scenario(control_plane: ControlPlane, skin: str, tmp_path: Path
         assert not driver.exists(sandbox_id)
     finally:
         driver.close()
+
+
+def test_a_zstd_screenshot_through_the_sdk_and_rest_shows_the_pngs_pixels(control_plane: ControlPlane) -> None:
+    """The whole way (agent, control plane, gRPC or REST, SDK): a zstd screenshot decodes to the PNG's picture."""
+    with Client(control_plane.grpc_target, token=TOKEN) as client, client.create(kind="desktop") as sb:
+        sb.exec(
+            "xterm -geometry 60x10+40+40 -e sh -c 'ls -l /usr/bin; exec sleep 1000' >/dev/null 2>&1 &",
+            keep_background=True,
+        )
+        for _ in range(100):
+            if sb.exec("xdotool search --onlyvisible --class xterm").exit_code == 0:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)  # its text drawn
+        for _ in range(3):  # the panel's clock may tick between two screenshots: then again
+            png, shot = sb.observe().screenshot, sb.observe(format="zstd").screenshot
+            assert png is not None and shot is not None
+            if shot.image().tobytes() == png.image().tobytes():
+                break
+        else:
+            raise AssertionError("the zstd screenshot never showed the PNG's pixels")
+        assert (shot.format, shot.width, shot.height) == ("zstd", 1280, 800)
+        assert len(shot.data) < len(png.data), "screen content compresses better than PNG's"
+        with httpx.Client(base_url=control_plane.http_url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+            raw = http.get(f"/v1/sandboxes/{sb.id}/screenshot", params={"format": "zstd"})
+        assert raw.status_code == 200 and raw.headers["content-type"] == "application/zstd"
+        assert shot.image().tobytes() == decode(raw.content, "zstd", 1280, 800).tobytes()
+        assert raw.headers["x-screen-width"] == "1280"
 
 
 # ---------------------------------------------------------------------------- load, gym, failures
