@@ -6,7 +6,7 @@ The agent deflates again only the bands of rows that changed since its last scre
 the screen unchanged; after a key typed into an xterm (an agent's act-then-observe: one band of text changes); and
 after the root window's colour flips, which changes every band (the cost of a whole new frame). The baseline encodes
 the whole screen every time whatever changed. The whole new frame is timed once more as ``zstd`` (the screen's BGRX
-pixels, Zstandard-compressed: no conversion, about 1 ms of the agent's CPU where PNG takes about 14 ms); the details
+pixels, Zstandard-compressed: no conversion, about 3 ms of the agent's CPU where PNG takes 11-13 ms); the details
 give each format's bytes and what decoding it to a Pillow image (``Screenshot.image()``) costs the caller.
 
 Back to back, the sandbox's CPU quota (1 CPU) throttles it now and then (the screenshot's encoder runs on two

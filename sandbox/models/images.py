@@ -2,9 +2,10 @@
 
 ``png`` and ``jpeg`` are image files any viewer reads. ``zstd`` is the screen's pixels as the X server holds them,
 compressed with Zstandard at level 1 (one frame, its content size in the header): ``width * height`` pixels of 4
-bytes each, blue, green, red and an unused byte, row after row from the top. It costs the agent about 1 ms of CPU for
-a whole new 1280x800 frame where PNG costs about 14 ms, and is 5x smaller than that PNG on screen content; its decoder
-is ``compression.zstd`` (Python 3.14's standard library) or else the ``zstandard`` package (``sandbox[zstd]``).
+bytes each, blue, green, red and an unused byte, row after row from the top. It costs the agent about 3 ms of CPU
+for a whole new 1280x800 frame where PNG costs 11-13 ms, and is smaller than that PNG on screen content (66 KB to
+90); its decoder is ``compression.zstd`` (Python 3.14's standard library) or else the ``zstandard`` package
+(``sandbox[zstd]``).
 
 Pillow (``sandbox[gym]`` or ``sandbox[server]``) builds the image; both are imported only when an image is decoded.
 """
