@@ -13,9 +13,12 @@ import pytest
 from tests import engine_watch
 
 TRAPS_USR1 = """
-import pathlib, signal, sys, time
+import os, pathlib, signal, sys, time
 marker = pathlib.Path(sys.argv[1])
-signal.signal(signal.SIGUSR1, lambda *_: marker.write_text("dumped"))
+def dump(*_):  # written aside, then renamed: the test never reads a marker created but not yet written
+    marker.with_suffix(".part").write_text("dumped")
+    os.replace(marker.with_suffix(".part"), marker)
+signal.signal(signal.SIGUSR1, dump)
 print("ready", flush=True)
 time.sleep(30)
 """
