@@ -121,7 +121,8 @@ class AgentClient:
         try:
             writer.write(frame)
             await writer.drain()
-            header, out = await asyncio.wait_for(read_frame(reader), agent_deadline(deadline))
+            async with asyncio.timeout(agent_deadline(deadline)):  # no task per call, as wait_for makes on 3.11
+                header, out = await read_frame(reader)
         except TimeoutError as e:
             _close(conn)
             raise DeadlineExceeded(f"agent of {self._label} did not answer {op} within {deadline:g} s") from e
