@@ -157,12 +157,13 @@ async def test_a_pod_listing_survives_the_informer_failing(kube: FakeKube) -> No
 
 
 async def test_a_big_fleet_is_probed_in_turn(kube: FakeKube) -> None:
-    """``probes_per_round`` 2 with 3 running sandboxes: each round probes 2 agents, and every sandbox's turn comes."""
+    """``probes_per_round`` 2 with 3 running sandboxes: each round probes 2 agents, and every sandbox's turn comes
+    (``terminal_deep_probe_s`` 0: every terminal is due every round, as a sandbox with a display always is)."""
     backend = KubernetesBackend(k8s_config(kube, agent_port=kube.agent_port, manage_network_policies=False))
     store = await EmbeddedStore.open(None, logger=LOGGER)
     service = SandboxService(backend, store, logger=LOGGER)
     await service.start()
-    lifecycle = Lifecycle(service, LifecycleSettings(probes_per_round=2), logger=LOGGER)
+    lifecycle = Lifecycle(service, LifecycleSettings(probes_per_round=2, terminal_deep_probe_s=0), logger=LOGGER)
     probed: list[str] = []
     probe = lifecycle._probe
 
