@@ -14,7 +14,7 @@ import contextlib
 import os
 import subprocess
 
-from sandbox.agent.child import watch_exit
+from sandbox.agent.child import until_writable, watch_exit
 
 READ_CHUNK = 1 << 16
 
@@ -83,7 +83,7 @@ class BashProcess:
                 try:
                     view = view[os.write(self._stdin, view) :]
                 except BlockingIOError:
-                    await self._writable(self._stdin)
+                    await until_writable(self._loop, self._stdin)
         except (BrokenPipeError, ConnectionResetError) as e:
             raise SessionEnded from e
 
@@ -98,19 +98,6 @@ class BashProcess:
             with contextlib.suppress(OSError):
                 os.close(self._stdin)
             self._stdin = None
-
-    async def _writable(self, fd: int) -> None:
-        ready: asyncio.Future[None] = self._loop.create_future()
-
-        def wake() -> None:
-            if not ready.done():
-                ready.set_result(None)
-
-        self._loop.add_writer(fd, wake)
-        try:
-            await ready
-        finally:
-            self._loop.remove_writer(fd)
 
     def _read(self) -> None:
         if self._stdout is None:

@@ -114,24 +114,11 @@ class Child:
                 try:
                     view = view[os.write(fd, view) :]
                 except BlockingIOError:
-                    await self._writable(fd)
+                    await until_writable(self._loop, fd)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the command did not read it all; what it did read was enough for it
         finally:
             self._close_stdin()
-
-    async def _writable(self, fd: int) -> None:
-        ready: asyncio.Future[None] = self._loop.create_future()
-
-        def wake() -> None:
-            if not ready.done():
-                ready.set_result(None)
-
-        self._loop.add_writer(fd, wake)
-        try:
-            await ready
-        finally:
-            self._loop.remove_writer(fd)
 
     def _read(self, fd: int) -> None:
         try:
@@ -193,6 +180,21 @@ class _Once(Generic[_T]):
         finally:
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
+
+
+async def until_writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Until the non-blocking ``fd`` (a pipe to a child) takes more bytes."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_writer(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_writer(fd)
 
 
 def watch_exit(loop: asyncio.AbstractEventLoop, pid: int, reaped: Callable[[int], None]) -> None:
