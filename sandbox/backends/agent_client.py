@@ -149,8 +149,12 @@ class AgentClient:
         kernel closes when the agent's process ends, that says the process lives and served lately, with no round
         trip. Always False over TCP. A connection its agent closed is readable (its end of file); an idle one that is
         readable otherwise holds bytes nobody asked for: either way it does not vouch."""
-        if not self._transport.peer_death_closes:
-            return False
+        return self._transport.peer_death_closes and self._open_since(within_s)
+
+    def _open_since(self, within_s: float) -> bool:
+        """Whether an idle connection released within the last ``within_s`` seconds is open as the kernel sees it
+        now: not closed on either side, and holding nothing to read (an agent's end of file, or bytes nobody asked
+        for)."""
         now = time.monotonic()
         for (reader, writer), since in self._idle:
             if now - since >= within_s or writer.is_closing() or reader.at_eof():
@@ -182,15 +186,11 @@ class AgentClient:
             raise Unavailable(f"the agent of {self._label} does not answer at {self.address}: {e!r}") from e
 
     def connected(self) -> bool:
-        """Whether an idle pooled connection is still open and has seen no end from the agent: its process lives.
-        (When it dies, the kernel closes its end and the event loop reads the EOF at once; a hung agent keeps the
-        connection open, so this says nothing of whether it answers.) A TCP connection idle past the transport's
-        bound says nothing: a peer may be gone without a word."""
-        max_idle, now = self._transport.max_idle_s, time.monotonic()
-        return any(
-            not writer.is_closing() and not reader.at_eof() and (max_idle is None or now - since < max_idle)
-            for (reader, writer), since in self._idle
-        )
+        """Whether an idle pooled connection is still open (``_open_since``): its agent's process lives. (When it
+        dies, the kernel closes its end; a hung agent keeps the connection open, so this says nothing of whether it
+        answers.) A TCP connection idle past the transport's bound says nothing: a peer may be gone without a word."""
+        max_idle = self._transport.max_idle_s
+        return self._open_since(float("inf") if max_idle is None else max_idle)
 
     def _release(self, conn: _Conn) -> None:
         if self._closed or len(self._idle) >= MAX_IDLE_CONNECTIONS:
