@@ -33,9 +33,7 @@ def _doc(sandbox_id: str, **changes: Any) -> dict[str, Any]:
     return record.model_copy(update=changes).model_dump(mode="json")
 
 
-async def test_only_changed_records_are_decoded_and_parsed_again_and_every_change_shows(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     validated: list[str] = []
     validate = SandboxRecord.model_validate
 
@@ -45,6 +43,14 @@ async def test_only_changed_records_are_decoded_and_parsed_again_and_every_chang
             validated.append(doc["id"])
             return validate(doc)
 
+    monkeypatch.setattr(parsed_records, "SandboxRecord", Counting)
+    return validated
+
+
+async def test_only_changed_records_are_decoded_and_parsed_again_and_every_change_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    validated = _counting(monkeypatch)
     decoded: list[str] = []
     decode = embedded.decode_document
 
@@ -52,7 +58,6 @@ async def test_only_changed_records_are_decoded_and_parsed_again_and_every_chang
         decoded.append(where)
         return decode(text, where)
 
-    monkeypatch.setattr(parsed_records, "SandboxRecord", Counting)
     monkeypatch.setattr(embedded, "decode_document", counting_decode)
     store = await EmbeddedStore.open(None, logger=LOGGER)
     try:
@@ -85,20 +90,6 @@ async def test_only_changed_records_are_decoded_and_parsed_again_and_every_chang
 def test_a_bare_version_of_a_record_never_parsed_is_refused() -> None:
     with pytest.raises(KeyError, match="sb-x"):
         ParsedRecords().parse({"sb-x": 7})
-
-
-def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    validated: list[str] = []
-    validate = SandboxRecord.model_validate
-
-    class Counting:
-        @staticmethod
-        def model_validate(doc: dict[str, Any]) -> SandboxRecord:
-            validated.append(doc["id"])
-            return validate(doc)
-
-    monkeypatch.setattr(parsed_records, "SandboxRecord", Counting)
-    return validated
 
 
 async def test_a_record_read_is_parsed_again_only_when_its_text_changed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -200,11 +200,8 @@ async def test_a_warm_instance_whose_agent_died_is_never_handed_out(service: San
     assert (await backend.inspect(instance)).state.value == "missing"
 
 
-async def test_a_claim_of_an_agent_that_answered_lately_sends_no_ping(
-    service: SandboxService, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    instance = await _warm_one(service)  # its agent answered when it started, on a connection it holds open
-    key = pool_key(SPEC, service.backend.image_for(SPEC))
+def _counted_pings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The addresses of the agents pinged from now on, in order (the pings still go out)."""
     pings: list[str] = []
     real_ping = AgentClient.ping
 
@@ -213,6 +210,15 @@ async def test_a_claim_of_an_agent_that_answered_lately_sends_no_ping(
         return await real_ping(agent, deadline=deadline)
 
     monkeypatch.setattr(AgentClient, "ping", counted)
+    return pings
+
+
+async def test_a_claim_of_an_agent_that_answered_lately_sends_no_ping(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance = await _warm_one(service)  # its agent answered when it started, on a connection it holds open
+    key = pool_key(SPEC, service.backend.image_for(SPEC))
+    pings = _counted_pings(monkeypatch)
     assert await service.instances.claim_warm(key, "sb-test-6", tenant="default", spec=SPEC) == instance
     assert pings == [], "pinged an agent that had just answered"
     await service.instances.retire(instance)
@@ -224,14 +230,7 @@ async def test_a_claim_pings_an_agent_whose_answer_is_old(
     instance = await _warm_one(service)
     key = pool_key(SPEC, service.backend.image_for(SPEC))
     monkeypatch.setattr("sandbox.service.instances.CLAIM_FRESH_S", 0.0)  # every answer is old
-    pings: list[str] = []
-    real_ping = AgentClient.ping
-
-    async def counted(agent: AgentClient, *, deadline: float = 2.0) -> dict[str, Any]:
-        pings.append(agent.address)
-        return await real_ping(agent, deadline=deadline)
-
-    monkeypatch.setattr(AgentClient, "ping", counted)
+    pings = _counted_pings(monkeypatch)
     assert await service.instances.claim_warm(key, "sb-test-7", tenant="default", spec=SPEC) == instance
     assert pings == [service.backend.agent(instance).address]
     await service.instances.retire(instance)
