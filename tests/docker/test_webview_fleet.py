@@ -442,8 +442,10 @@ def test_the_list_page_with_40_real_sandboxes(real_fleet: RealFleet, browser: Br
 def test_an_android_page_shows_screenshots_and_sends_taps_swipes_and_keys(fleet: Fleet, browser: Browser) -> None:
     """The page's side of an android sandbox (the server's side is tests/unit/api/web/test_android.py): told
     ``live: screenshots``, it opens no VNC websocket, shows the screen it fetches, and with control on turns a click
-    into a tap at the device's pixel, a drag into a swipe and its keys into key steps. The fleet has no android
-    sandbox (no emulator here), so the feed of one of its sandboxes is rewritten to say android."""
+    into a tap at the device's pixel, a drag into a swipe and its keys into key steps, also while the next
+    screenshot loads (the element's natural size then reads 0 in Chromium: a drag begun then once started at the
+    corner). The fleet has no android sandbox (no emulator here), so the feed of one of its sandboxes is rewritten to
+    say android."""
     sandbox_id = fleet.of("alpha")[0]
     minted = httpx.post(f"{fleet.url}/v1/sandboxes/{sandbox_id}/tickets", json={"control": True},
                         headers={"authorization": f"Bearer {ALPHA_TOKEN}"}, timeout=30)  # fmt: skip
@@ -461,11 +463,20 @@ def test_an_android_page_shows_screenshots_and_sends_taps_swipes_and_keys(fleet:
         sent.append(json.loads(route.request.post_data or "{}"))
         route.fulfill(json={"ok": True, "done": False})
 
+    held: list[Route] = []  # once the first screen is shown, every later one waits here: nothing redraws meanwhile
+
+    def screens(route: Route) -> None:
+        if held or route.request.url.endswith("/loading.jpg"):
+            held.append(route)
+        else:
+            route.fulfill(body=screen, content_type="image/jpeg")
+
     page = browser.new_page(viewport={"width": 1280, "height": 1100})
     try:
         page.on("websocket", lambda ws: sockets.append(ws.url))
         page.route(f"**/view/{sandbox_id}/actions", feed)
-        page.route(f"**/view/{sandbox_id}/screen", lambda route: route.fulfill(body=screen, content_type="image/jpeg"))
+        page.route(f"**/view/{sandbox_id}/screen", screens)
+        page.route("**/loading.jpg", screens)
         page.route(f"**/view/{sandbox_id}/input", inputs)
         page.goto(f"{fleet.url}{minted.json()['url']}")
         poll(page, "the screen", lambda: page.evaluate("document.getElementById('screen-image')?.naturalWidth") == 540)
@@ -475,6 +486,9 @@ def test_an_android_page_shows_screenshots_and_sends_taps_swipes_and_keys(fleet:
         box = image.bounding_box()
         assert box is not None
         scale = 540 / box["width"]
+        page.evaluate("document.getElementById('screen-image').src = '/loading.jpg'")  # the next screen, loading
+        assert page.evaluate("document.getElementById('screen-image').naturalWidth") == 0
+        assert image.bounding_box() == box, "the element kept its place while the next screen loads"
         page.mouse.click(box["x"] + 100, box["y"] + 200)
         page.mouse.move(box["x"] + 50, box["y"] + 400)
         page.mouse.down()

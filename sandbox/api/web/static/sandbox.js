@@ -255,13 +255,17 @@ function startScreens() {
     ...["back", "home", "app_switch"].map((key) => el("button", { type: "button", "data-key": key, text: key.replace("_", " ") })));
   $("screen").replaceChildren(img, keys);
   const control = $("control");
+  // The device's size as of the last screenshot shown: while the next one loads (every input fetches one), the
+  // element's natural size reads 0, and a drag begun then would start at the corner.
+  let size = null;
+  img.addEventListener("load", () => { if (img.naturalWidth) size = [img.naturalWidth, img.naturalHeight]; });
   const at = (event) => {
     const box = img.getBoundingClientRect();
-    return [Math.round((event.clientX - box.left) * img.naturalWidth / box.width),
-      Math.round((event.clientY - box.top) * img.naturalHeight / box.height)];
+    return [Math.round((event.clientX - box.left) * size[0] / box.width),
+      Math.round((event.clientY - box.top) * size[1] / box.height)];
   };
   let down = null;
-  img.addEventListener("pointerdown", (event) => { if (control.checked) down = at(event); });
+  img.addEventListener("pointerdown", (event) => { if (control.checked && size) down = at(event); });
   img.addEventListener("pointerup", (event) => {
     if (!control.checked || !down) return;
     const [x, y] = down;
