@@ -1,8 +1,10 @@
 """The capacity settings: what the host keeps for itself, how far CPUs are shared, what each kind reserves.
 
 The per-kind requests are the working set a sandbox of the kind's default spec was measured to need (``make bench``'s
-density section: a terminal 16.5 MiB, a desktop 57 MiB), with room for what a policy opens in it. A spec asking for a
-larger memory or CPU limit than the default reserves in proportion, never more than its limit.
+density section, 2026-11-29: host memory per idle terminal 17.4 MiB, per idle desktop 52.2 MiB), with room for what a
+policy opens in it; the model then admits at most what the bench held at a step p99 under 100 ms (1,100 terminals,
+220 desktops on 24 GiB). A spec asking for a larger memory or CPU limit than the default reserves in proportion, never
+more than its limit.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ class KindRequest(BaseModel):
 
 
 DEFAULT_REQUESTS: dict[SandboxKind, KindRequest] = {
-    SandboxKind.TERMINAL: KindRequest(cpus=0.01, memory_mb=32, pids=16),
-    SandboxKind.DESKTOP: KindRequest(cpus=0.05, memory_mb=160, pids=64),
+    SandboxKind.TERMINAL: KindRequest(cpus=0.005, memory_mb=22, pids=16),
+    SandboxKind.DESKTOP: KindRequest(cpus=0.025, memory_mb=100, pids=64),
     SandboxKind.BROWSER: KindRequest(cpus=0.1, memory_mb=320, pids=160),
     SandboxKind.ANDROID: KindRequest(cpus=1.0, memory_mb=4096, pids=256),
 }

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.docker
 
 FITS = 4
 HOST_MEMORY_MB = 1024 + FITS * 32
-"""1 GiB is kept for the host; a terminal reserves 32 MiB: room for four."""
+"""1 GiB is kept for the host; a terminal reserves 32 MiB (pinned in the settings): room for four."""
+TERMINAL_REQUEST = {"cpus": 0.01, "memory_mb": 32, "pids": 16}
 ALPHA, BETA, ADMIN = "alpha-token-0123456789", "beta-token-0123456789x", "admin-token-0123456789"
 TOKENS = {
     "tokens": {ALPHA: "alpha", BETA: "beta", ADMIN: {"tenant": "ops", "admin": True}},
@@ -39,7 +40,7 @@ def server(docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPath
     require_image(docker_client, "terminal")
     sockets = f"/run/sbx-test-{RUN_ID}-ad"
     settings = {
-        "capacity": {"host_memory_mb": HOST_MEMORY_MB},
+        "capacity": {"host_memory_mb": HOST_MEMORY_MB, "requests": {"terminal": TERMINAL_REQUEST}},
         "lifecycle": {"tick_s": 0.2, "health_interval_s": 0.5},
     }
     process = ServerProcess(

@@ -20,12 +20,14 @@ from sandbox.errors import CapacityExhausted, ResourceExhausted
 from sandbox.models import SandboxSpec
 from tests.polling import eventually
 
-TERMINAL = SandboxSpec(kind="terminal")  # reserves 32 MiB
+TERMINAL = SandboxSpec(kind="terminal")
+REQUESTS = {"terminal": {"cpus": 0.01, "memory_mb": 32, "pids": 16}}
+"""A terminal reserves 32 MiB here, whatever the default (these tests are of admission, not of the defaults)."""
 HOST = HostFacts(cpus=2, memory_mb=1024 + 8 * 32, pids=32_768)  # room for 8 terminals
 
 
 def admission(quotas: QuotaBook | None = None, **settings: object) -> Admission:
-    return Admission(CapacityModel(CapacitySettings.model_validate(settings), HOST), quotas)
+    return Admission(CapacityModel(CapacitySettings.model_validate({"requests": REQUESTS, **settings}), HOST), quotas)
 
 
 def hold(a: Admission, grant: Grant, instance: str, tenant: str = "t") -> None:
@@ -205,7 +207,7 @@ async def test_a_replacement_may_use_the_surge_then_waits_then_refuses() -> None
 async def test_memory_pressure_stops_admission_with_hysteresis(tmp_path: Path) -> None:
     psi = tmp_path / "memory"
     pressure = MemoryPressure(high=25, low=5, path=psi)
-    a = Admission(CapacityModel(CapacitySettings(), HOST), pressure=pressure)
+    a = Admission(CapacityModel(CapacitySettings.model_validate({"requests": REQUESTS}), HOST), pressure=pressure)
 
     def reads(avg10: float) -> None:
         psi.write_text(f"some avg10={avg10:.2f} avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00\n")

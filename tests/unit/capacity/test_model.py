@@ -31,10 +31,11 @@ def test_allocatable_keeps_the_reserves_and_applies_the_overcommit() -> None:
 
 
 def test_the_default_limits_land_within_a_fifth_of_the_measured_density() -> None:
-    """The issue's bar: the model's limit within ±20% of what the bench measured here."""
+    """The issue's bar: the model's limit within ±20% of what the bench held here at a step p99 under 100 ms (on
+    2026-11-29: 1,100 terminals, 220 desktops, each the ramp's maximum)."""
     limits = {kind: model().limit_for(SandboxSpec(kind=kind)) for kind in (SandboxKind.TERMINAL, SandboxKind.DESKTOP)}
-    assert limits[SandboxKind.TERMINAL] is not None and 520 <= limits[SandboxKind.TERMINAL] <= 780, limits
-    assert limits[SandboxKind.DESKTOP] is not None and 104 <= limits[SandboxKind.DESKTOP] <= 156, limits
+    assert limits[SandboxKind.TERMINAL] is not None and 880 <= limits[SandboxKind.TERMINAL] <= 1320, limits
+    assert limits[SandboxKind.DESKTOP] is not None and 176 <= limits[SandboxKind.DESKTOP] <= 264, limits
 
 
 def test_a_larger_limit_reserves_in_proportion_and_never_more_than_the_limit() -> None:

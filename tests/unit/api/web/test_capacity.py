@@ -30,7 +30,8 @@ from tests.polling import eventually
 from tests.unit.conftest import ADMIN_TOKEN, ALPHA_TOKEN, BETA_TOKEN, LOGGER, TOKENS
 
 HOST_MEMORY_MB = 1224
-"""With the default settings (1 GiB kept for the host): 200 MiB allocatable, 6 terminals of 32 MiB."""
+"""With the default settings (1 GiB kept for the host): 200 MiB allocatable, 6 terminals of 32 MiB (pinned below)."""
+CAPACITY = CapacitySettings.model_validate({"requests": {"terminal": {"cpus": 0.01, "memory_mb": 32, "pids": 16}}})
 TERMINAL = SandboxSpec(kind=SandboxKind.TERMINAL)
 PRINCIPALS = TokenRegistry.from_mapping(TOKENS)
 ALPHA_P, BETA_P = PRINCIPALS.authenticate(ALPHA_TOKEN), PRINCIPALS.authenticate(BETA_TOKEN)
@@ -42,7 +43,7 @@ GAMMA_P = Principal("gamma")
 async def service(socket_root: str) -> AsyncIterator[SandboxService]:
     store = await EmbeddedStore.open(None, logger=LOGGER)
     backend = FakeBackend(FakeConfig(socket_root=socket_root, host_memory_mb=HOST_MEMORY_MB))
-    service = SandboxService(backend, store, logger=LOGGER, capacity=CapacitySettings())
+    service = SandboxService(backend, store, logger=LOGGER, capacity=CAPACITY)
     await service.start()
     yield service
     await service.close()
