@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from Xlib import X, display, error
 
@@ -47,14 +48,31 @@ def paint_wallpaper(d: display.Display) -> None:
     d.sync()
 
 
-def panel_drawn(d: display.Display) -> bool:
-    """A mapped top-level window of the panel's class shows more than one colour."""
+def _top_levels(d: display.Display) -> list[Any]:
+    """The root's children, and theirs: once the window manager runs, a client window sits in its frame."""
+    found = []
     for window in d.screen().root.query_tree().children:
+        found.append(window)
+        try:
+            found.extend(window.query_tree().children)
+        except error.XError:
+            continue  # gone meanwhile
+    return found
+
+
+def panel_drawn(d: display.Display, *, managed: bool = False) -> bool:
+    """A mapped top-level window of the panel's class (in its window manager's frame or not) shows more than one
+    colour; with ``managed``, only once the window manager has taken it in (it set the window's ``WM_STATE``, as
+    ICCCM asks of it), which makes the panel draw itself again."""
+    wm_state = d.intern_atom("WM_STATE")
+    for window in _top_levels(d):
         try:
             wm_class = window.get_wm_class()
             if not wm_class or wm_class[0] != PANEL_CLASS:
                 continue
             if window.get_attributes().map_state != X.IsViewable:
+                continue
+            if managed and window.get_full_property(wm_state, X.AnyPropertyType) is None:
                 continue
             g = window.get_geometry()
             pixels = window.get_image(0, 0, g.width, g.height, X.ZPixmap, 0xFFFFFFFF).data
@@ -68,14 +86,16 @@ def panel_drawn(d: display.Display) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the panel to draw (0: not)")
-    parser.add_argument("--panel-only", action="store_true", help="paint no wallpaper: only wait for the panel")
+    parser.add_argument(
+        "--panel-only", action="store_true", help="paint no wallpaper: wait for the panel the window manager took in"
+    )
     args = parser.parse_args()
     d = display.Display()
     try:
         if not args.panel_only:
             paint_wallpaper(d)
         deadline = time.monotonic() + args.wait
-        while args.wait > 0 and not panel_drawn(d):
+        while args.wait > 0 and not panel_drawn(d, managed=args.panel_only):
             if time.monotonic() > deadline:
                 print(f"the panel did not draw itself within {args.wait:g} s", file=sys.stderr)
                 return 1
