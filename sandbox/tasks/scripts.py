@@ -1,5 +1,6 @@
 """Small Python programs run inside a sandbox with ``python3 -c`` (standard library, plus python3-xlib where the
-image has a display). Each prints one JSON document; a failure exits non-zero with the reason on stderr."""
+image has a display, python3-websockets where it has Chromium). Each prints one JSON document; a failure exits
+non-zero with the reason on stderr."""
 
 from __future__ import annotations
 
@@ -12,34 +13,82 @@ from sandbox.tasks.errors import TaskError
 CDP_PORTS = (9222, 1337)
 """Where Chromium's DevTools answer: 9222 in the browser sandbox; OSWorld starts Chrome on 1337."""
 
-CDP = r"""
-import json, sys, urllib.parse, urllib.request
+BLANK_PAGES = frozenset({"", "about:blank", "chrome://newtab/", "chrome://new-tab-page/",
+                         "chrome://new-tab-page-third-party/"})  # fmt: skip
+"""A new tab's first document, and the start page Chromium opens (the third-party one when its search engine is not
+Google's, as in the desktop image)."""
+
+READY_JS = (
+    "new Promise(done => { const ready = () => done(location.href);"
+    " document.readyState === 'complete' ? ready() : addEventListener('load', ready); })"
+)
+"""The page's URL once its document has loaded."""
+
+CDP = (
+    r"""
+import json, sys, time, urllib.parse, urllib.request
 def call(port, path, method="GET"):
     req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), method=method)
     with urllib.request.urlopen(req, timeout=10) as r:
         return r.read().decode("utf-8", "replace")
-port = None
-for p in PORTS:
+def answering():
+    for p in PORTS:
+        try:
+            call(p, "/json/version")
+            return p
+        except Exception:
+            pass
+    return None
+def loaded(port, target, seconds):
+    # Chromium's HTTP endpoints say nothing of a page's load: ask the page over its websocket until its document,
+    # no longer the new tab's blank one, has loaded (an evaluation the navigation cut short is asked again).
+    import asyncio, websockets
+    async def wait():
+        url = "ws://127.0.0.1:%d/devtools/page/%s" % (port, target)
+        async with websockets.connect(url, max_size=None, ping_interval=None) as ws:
+            for n in range(1, 1 << 30):
+                params = {"expression": READY_JS, "awaitPromise": True, "returnByValue": True}
+                await ws.send(json.dumps({"id": n, "method": "Runtime.evaluate", "params": params}))
+                reply = {}
+                while reply.get("id") != n:
+                    reply = json.loads(await ws.recv())
+                href = ((reply.get("result") or {}).get("result") or {}).get("value")
+                if isinstance(href, str) and href not in BLANK_PAGES:
+                    return href
+                await asyncio.sleep(0.05)
     try:
-        call(p, "/json/version")
-        port = p
-        break
-    except Exception:
-        pass
+        return asyncio.run(asyncio.wait_for(wait(), seconds))
+    except asyncio.TimeoutError:
+        sys.exit("still loading after %g s" % seconds)
+    except Exception as e:
+        sys.exit("cannot ask the page whether it loaded: %r" % (e,))
+op, args = sys.argv[1], sys.argv[2:]
+port = answering()
+if op == "ready":  # a Chromium an earlier step started: wait up to args[0] seconds for its DevTools to answer
+    give_up = time.monotonic() + float(args[0])
+    while port is None and time.monotonic() < give_up:
+        time.sleep(0.1)
+        port = answering()
 if port is None:
     sys.exit("no Chromium DevTools endpoint answers on 127.0.0.1 ports %s" % (PORTS,))
-op, args = sys.argv[1], sys.argv[2:]
-if op == "list":
+if op == "ready":
+    out = port
+elif op == "list":
     out = [{"id": t["id"], "url": t.get("url", ""), "title": t.get("title", "")}
            for t in json.loads(call(port, "/json/list")) if t.get("type") == "page"]
 elif op == "new":
     out = [json.loads(call(port, "/json/new?" + urllib.parse.quote(u, safe=""), "PUT"))["id"] for u in args]
 elif op == "close":
     out = [call(port, "/json/close/" + i) for i in args]
+elif op == "loaded":  # args: a page's target id, seconds
+    out = loaded(port, args[0], float(args[1]))
 else:
     sys.exit("unknown op " + op)
 print(json.dumps(out))
 """.replace("PORTS", repr(CDP_PORTS))
+    .replace("BLANK_PAGES", repr(sorted(BLANK_PAGES)))
+    .replace("READY_JS", repr(READY_JS))
+)
 
 OPEN = r"""
 import json, mimetypes, os, re, shlex, subprocess, sys

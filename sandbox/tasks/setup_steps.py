@@ -19,10 +19,12 @@ type                    what it does here
                         ``wmctrl -a``; waits up to 15 s for the window, raises it and gives it the focus
 ``close_window``        the same selection; asks the first window found to close (``WM_DELETE_WINDOW``), or kills
                         its client when it does not take that message
-``chrome_open_tabs``    ``urls_to_open``: each in a new tab, in order (OSWorld opens each in a new page); the last
+``chrome_open_tabs``    ``urls_to_open``: each in a new tab, in order (OSWorld opens each in a new page), once
+                        Chromium's DevTools answer (up to 30 s: a ``launch`` just before only started it); the last
                         one ends up active, loaded, with the keyboard focus in the page. A blank tab that was open
                         before (Chromium's start page) is closed: the tabs are then exactly the URLs.
-``chrome_close_tabs``   ``urls_to_close``: for each, the first open tab with that URL (OSWorld's URL equality)
+``chrome_close_tabs``   ``urls_to_close``: for each, the first open tab with that URL (OSWorld's URL equality),
+                        once Chromium's DevTools answer
 ``adb_shell``,          android sandboxes' own (:mod:`sandbox.tasks.android`), which take neither ``open``,
 ``adb_install``,        ``launch`` nor the window steps (no X there)
 ``open_app``
@@ -41,7 +43,6 @@ import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sandbox.errors import SandboxError
 from sandbox.models import SandboxKind
 from sandbox.tasks import android, osworld, scripts
 from sandbox.tasks.errors import TaskError
@@ -233,42 +234,39 @@ async def _chrome_open_tabs(ctx: StepContext, p: dict[str, Any]) -> None:
     urls = _param(p, "urls_to_open", list, ctx.label)
     if not urls or not all(isinstance(u, str) and u for u in urls):
         raise TaskError(f"{ctx.label}: urls_to_open must be a list of URLs, not {urls!r}")
+    await _devtools_ready(ctx.runtime)
     before = scripts.output(await ctx.runtime.exec(scripts.argv(scripts.CDP, "list"), timeout=30), "cannot list tabs")
     opened = await ctx.runtime.exec(scripts.argv(scripts.CDP, "new", *urls), timeout=60)
-    scripts.output(opened, f"cannot open tabs for {urls}")
-    await _loaded(ctx.runtime, urls[-1])
+    ids = scripts.output(opened, f"cannot open tabs for {urls}")
+    # In the sandbox, over the page's own DevTools websocket: a desktop's agent drives no browser (a task's Chromium
+    # there is the user's), so the runtime's evaluate_js reaches none.
+    loaded = await ctx.runtime.exec(
+        scripts.argv(scripts.CDP, "loaded", str(ids[-1]), f"{LOAD_TIMEOUT_S:g}"), timeout=LOAD_TIMEOUT_S + 15
+    )
+    scripts.output(loaded, f"the tab for {urls[-1]} did not load")
     blank = [str(t["id"]) for t in before if t.get("url") in BLANK_PAGES]
     if blank:
         closed = await ctx.runtime.exec(scripts.argv(scripts.CDP, "close", *blank), timeout=30)
         scripts.output(closed, "cannot close the blank tab")
 
 
-BLANK_PAGES = frozenset({"", "about:blank", "chrome://newtab/", "chrome://new-tab-page/"})
-_READY_JS = (
-    "new Promise(done => { const ready = () => done(location.href);"
-    " document.readyState === 'complete' ? ready() : addEventListener('load', ready); })"
-)
+BLANK_PAGES = scripts.BLANK_PAGES
 LOAD_TIMEOUT_S = 30.0
+DEVTOOLS_WAIT_S = 30.0
 
 
-async def _loaded(rt: TaskRuntime, url: str) -> None:
-    """Wait until the active tab (the last one opened) has loaded a document other than its initial blank one."""
-    give_up = asyncio.get_running_loop().time() + LOAD_TIMEOUT_S
-    while True:
-        try:
-            href = await rt.evaluate_js(_READY_JS)
-            if href not in BLANK_PAGES:
-                return
-        except SandboxError:
-            pass  # the page navigated while the expression ran
-        if asyncio.get_running_loop().time() >= give_up:
-            raise TaskError(f"the tab for {url} did not load within {LOAD_TIMEOUT_S:g} s")
-        await asyncio.sleep(0.05)
+async def _devtools_ready(rt: TaskRuntime) -> None:
+    """Wait (up to 30 s) until a Chromium's DevTools answer: a ``launch`` step just before only started it, and
+    Chromium opens its DevTools port some 0.4-1 s after it starts on an idle machine, later on a busy one (OSWorld's
+    own setup waits for it too, retrying its CDP connection)."""
+    waited = await rt.exec(scripts.argv(scripts.CDP, "ready", f"{DEVTOOLS_WAIT_S:g}"), timeout=DEVTOOLS_WAIT_S + 15)
+    scripts.output(waited, "cannot list tabs")
 
 
 @_step("chrome_close_tabs", required=("urls_to_close",))
 async def _chrome_close_tabs(ctx: StepContext, p: dict[str, Any]) -> None:
     urls = _param(p, "urls_to_close", list, ctx.label)
+    await _devtools_ready(ctx.runtime)
     for url in urls:
         listed = await ctx.runtime.exec(scripts.argv(scripts.CDP, "list"), timeout=30)
         tabs = scripts.output(listed, "cannot list the tabs")

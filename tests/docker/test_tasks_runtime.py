@@ -34,6 +34,8 @@ pytestmark = pytest.mark.docker
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 TASK_FILES = sorted(TASKS_DIR.glob("*.json"))
 TIMINGS: dict[str, dict[str, float]] = {}
+CHROME_TAB_TASKS = sorted(p for p in (TASKS_DIR / "osworld").glob("*.json") if '"chrome_open_tabs"' in p.read_text())
+"""OSWorld-format tasks that launch Chrome on a desktop and open its tabs over DevTools (the demo runs them too)."""
 
 
 async def perform(agent: AgentClient, action: Action) -> None:
@@ -104,6 +106,21 @@ def test_there_are_enough_sample_tasks() -> None:
 
 @pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: p.stem)
 async def test_reference_solution_scores_1_and_doing_nothing_scores_0(make_sandbox: SandboxFactory, path: Path) -> None:
+    task = Task.from_file(path)
+    solution = load_actions(path.with_suffix(".solution.jsonl"))
+    solved, idle = await asyncio.gather(
+        episode(make_sandbox, task, solution, "solved"), episode(make_sandbox, task, [], "idle")
+    )
+    assert solved.reward == 1.0, f"the reference solution scored {solved.reward}: {solved.model_dump()}"
+    assert idle.reward == 0.0, f"doing nothing scored {idle.reward}: {idle.model_dump()}"
+
+
+@pytest.mark.parametrize("path", CHROME_TAB_TASKS, ids=lambda p: p.stem)
+async def test_chrome_tabs_open_on_a_desktop_right_after_chrome_is_launched(
+    make_sandbox: SandboxFactory, path: Path
+) -> None:
+    """chrome_open_tabs right after a ``launch`` of google-chrome: it waits for the DevTools port, and the tab's load
+    is checked in the sandbox (a desktop's agent drives no browser). Two desktops at once, as the reference test."""
     task = Task.from_file(path)
     solution = load_actions(path.with_suffix(".solution.jsonl"))
     solved, idle = await asyncio.gather(

@@ -231,11 +231,15 @@ async def test_chrome_tabs_open_in_order_and_close_by_url() -> None:
     def cdp(cmd: str | list[str]) -> ExecResult | None:
         assert isinstance(cmd, list) and cmd[:3] == ["python3", "-c", scripts.CDP]
         op, args = cmd[3], cmd[4:]
+        if op == "ready":
+            return ok("9222")
+        if op == "loaded":
+            return ok(json.dumps(next(t["url"] for t in tabs if t["id"] == args[0])))
         if op == "list":
             return ok(json.dumps(tabs))
         if op == "new":
             tabs[:0] = [{"id": f"id-{u}", "url": u, "title": ""} for u in reversed(args)]
-            return ok(json.dumps([t["id"] for t in tabs[: len(args)]]))
+            return ok(json.dumps([f"id-{u}" for u in args]))  # in the order asked, as the script answers
         for i in args:
             tabs.remove(next(t for t in tabs if t["id"] == i))
         return ok(json.dumps(["Target is closing"] * len(args)))
@@ -250,11 +254,15 @@ async def test_chrome_tabs_open_in_order_and_close_by_url() -> None:
     await run_setup(task, rt, Fixtures())
     assert [t["url"] for t in tabs] == ["https://c.test/x", "https://a.test/"]  # blank start tab and b closed
     ops = [(e["cmd"][3], e["cmd"][4:]) for e in rt.execs]
-    assert ops[:3] == [
+    assert ops[:5] == [
+        ("ready", ["30"]),
         ("list", []),
         ("new", ["https://a.test/", "https://www.b.test/", "https://c.test/x"]),
+        ("loaded", ["id-https://c.test/x", "30"]),  # the last tab opened, asked in the sandbox
         ("close", ["A"]),
     ]
+    assert ops[5] == ("ready", ["30"])  # chrome_close_tabs: a Chromium just launched may not answer yet
+    assert not [c for c in rt.calls if c[0] == "evaluate"]  # a desktop's agent has no browser to evaluate in
 
 
 async def test_bad_parameters_fail_the_step() -> None:
