@@ -3,29 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TypeVar
 
-from sandbox import environment
-
 T = TypeVar("T")
-
-
-def server_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop for a long-running server when it is installed (the ``server`` extra) and not turned off
-    with ``SANDBOX_EVENT_LOOP=asyncio``; else None, asyncio's own. On a step, uvloop's sockets, callbacks and timers
-    take about a fifth of the control plane's CPU off (docs/benchmarks.md)."""
-    choice = (environment.event_loop() or "uvloop").strip().lower()
-    if choice not in ("uvloop", "asyncio"):
-        raise ValueError(f"{environment.EVENT_LOOP} must be uvloop or asyncio, not {choice!r}")
-    if choice == "asyncio":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
 
 
 async def settled(call: Awaitable[T]) -> T:

@@ -13,7 +13,6 @@ Each function reads at call time (a test's ``monkeypatch.setenv`` is seen); an e
     SANDBOX_TOKENS        the server's token registry                    the same document inline
     SANDBOX_NOVNC_DIR     the web view                                   noVNC files (Debian: /usr/share/novnc)
     SANDBOX_ANDROID_SDK   the android image build                        an Android SDK folder
-    SANDBOX_EVENT_LOOP    ``sandbox server`` (sandbox/aio.py)            uvloop (the default) or asyncio
     POD_NAMESPACE         the kubernetes backend (downward API)          the control plane's own namespace
     XDG_STATE_HOME        the embedded store's default path              ~/.local/state when unset
     XDG_DATA_HOME         the trajectory store's default folder          ~/.local/share when unset
@@ -29,7 +28,6 @@ TOKENS = "SANDBOX_TOKENS"
 NOVNC_DIR = "SANDBOX_NOVNC_DIR"
 ANDROID_SDK = "SANDBOX_ANDROID_SDK"
 POD_NAMESPACE = "POD_NAMESPACE"
-EVENT_LOOP = "SANDBOX_EVENT_LOOP"
 
 
 def value(name: str) -> str | None:
@@ -55,10 +53,6 @@ def novnc_dir() -> str | None:
 
 def android_sdk() -> str | None:
     return value(ANDROID_SDK)
-
-
-def event_loop() -> str | None:
-    return value(EVENT_LOOP)
 
 
 def pod_namespace() -> str | None:

@@ -210,7 +210,6 @@ async def serve(settings: ServerSettings, *, logger: logging.Logger, ready: asyn
     if not settings.public_url and not settings.http_port:  # port 0: the one the HTTP server got
         preview.base_url = http_base_url(host, http_server.servers[0].sockets[0].getsockname()[1])
     logger.info("control plane up: gRPC on %s:%s, HTTP on %s:%s", host, settings.grpc_port, host, settings.http_port)
-    logger.info("event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)
     logger.info("preview URLs minted over gRPC start with %s (the public_url setting changes it)", preview.base_url)
     if ready is not None:
         ready.set()

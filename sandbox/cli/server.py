@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 import typer
 
-from sandbox.aio import server_loop_factory
 from sandbox.cli.common import err_console, fail
 from sandbox.errors import SandboxError
 from sandbox.observability.logs import LogFormat
@@ -95,13 +94,7 @@ def server(
         err_console.print(f"[red]error[/red]: bad server settings: {e}")
         raise typer.Exit(2) from None
     try:
-        loop_factory = server_loop_factory()
-    except ValueError as e:
-        err_console.print(f"[red]error[/red]: {e}")
-        raise typer.Exit(2) from None
-    try:
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(serve(settings, logger=logging.getLogger("sandbox.server")))
+        asyncio.run(serve(settings, logger=logging.getLogger("sandbox.server")))
     except SandboxError as e:
         fail(e)
 
