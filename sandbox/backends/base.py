@@ -63,6 +63,10 @@ class BackendInstance:
     detail: str | None = None
     """Why it is not running, for people, when the engine says more than its state (a pod's node was lost, it was
     evicted ...); None when the state says it all."""
+    serving: bool = True
+    """False when the engine doubts that a running instance serves (a pod whose Ready condition is False: its node
+    stopped reporting, or the probe of its agent's port failed). Not a verdict: the health round deep-probes such an
+    instance first, and only its agent's answer decides."""
 
 
 @dataclass(frozen=True)
@@ -128,11 +132,11 @@ class Backend(abc.ABC):
         """Every instance this backend owns (by its owner label)."""
 
     async def list_not_running(self) -> list[BackendInstance]:
-        """The instances this backend owns that are not running (stopped, paused, starting): what a health round
-        judges from the engine's view, while a running instance is judged by its agent. An engine that filters on
-        its side saves listing every running instance each round (Docker: 13 against 80 ms of dockerd's CPU with
-        300 containers)."""
-        return [i for i in await self.list_instances() if i.state is not RuntimeState.RUNNING]
+        """The instances this backend owns that are not running (stopped, paused, starting), and the running ones
+        the engine doubts (``serving`` False): what a health round judges from the engine's view, while a running
+        instance is judged by its agent. An engine that filters on its side saves listing every running instance
+        each round (Docker: 13 against 80 ms of dockerd's CPU with 300 containers)."""
+        return [i for i in await self.list_instances() if i.state is not RuntimeState.RUNNING or not i.serving]
 
     @abc.abstractmethod
     async def logs(self, instance_id: str, *, tail: int = 200) -> str:

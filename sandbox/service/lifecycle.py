@@ -7,6 +7,7 @@ it elects (leader.py)."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import time
@@ -91,8 +92,9 @@ class Lifecycle:
         self._probing: set[str] = set()
         self._suspects: set[str] = set()
         self._parsed = ParsedRecords()
-        self._probe_turn = 0
-        """Where the next round's deep probes start, when a fleet has more running sandboxes than one round probes."""
+        self._probed_last = ""
+        """The id the last round's share of deep probes ended with: the next share starts after it, when a fleet has
+        more running sandboxes due than one round probes."""
         self._probed_ok: dict[str, float] = {}
         """Instance -> when the round whose deep probe of it passed started (``time.monotonic()``)."""
         self._round_started = 0.0
@@ -286,7 +288,7 @@ class Lifecycle:
         stopped = {s.id: s for s in await self.service.backend.list_not_running()}
         checks, now = [], time.monotonic()
         probes: list[SandboxRecord] = []
-        first: list[SandboxRecord] = []  # terminals whose agent's connection closed since their last probe
+        first: list[SandboxRecord] = []  # agents whose connection closed since their last probe, pods not Ready
         self._round_started = now
         running = {r.instance for r in records if r.state is SandboxState.RUNNING}
         self._probed_ok = {i: at for i, at in self._probed_ok.items() if i in running}
@@ -298,6 +300,8 @@ class Lifecycle:
                 due = self._due(record, now)
                 if due is not None:
                     (first if due else probes).append(record)
+            elif engine.state is RuntimeState.RUNNING:  # running, and the engine doubts it serves (node lost?)
+                first.append(record)
             elif engine.state is not RuntimeState.PAUSED:  # paused: a snapshot is being taken (docker commit)
                 checks.append(self._fail(record, *_stopped(engine)))
         await asyncio.gather(*checks, self._probe_all(first + self._in_turn(probes, len(first)), spread_s))
@@ -325,10 +329,14 @@ class Lifecycle:
         limit = max(self.settings.probes_per_round - taken, 0)
         if len(probes) <= limit:
             return probes
+        # The turn is kept as an id, not a position: which sandboxes are due changes from round to round (a terminal
+        # probed lately is not), and a position into a list that shrank skips the ids that moved past it.
         ordered = sorted(probes, key=lambda r: r.id)
-        start = self._probe_turn % len(ordered)
-        self._probe_turn = start + limit
-        return (ordered[start:] + ordered[:start])[:limit]
+        start = bisect.bisect_right([r.id for r in ordered], self._probed_last) % len(ordered)
+        share = (ordered[start:] + ordered[:start])[:limit]
+        if share:
+            self._probed_last = share[-1].id
+        return share
 
     async def _probe_all(self, probes: list[SandboxRecord], spread_s: float) -> None:
         batch = self.settings.probe_concurrency

@@ -329,6 +329,20 @@ def test_pod_status_maps_onto_engine_states(
     assert described.state is state and described.id == "in-x" and described.kind.value == "desktop"
 
 
+def test_a_running_pod_not_ready_is_running_but_doubted() -> None:
+    """A lost node's pods stay Running as last reported, their Ready condition False: running, and ``serving``
+    False, which a health round probes first (a new pod before its first readiness probe is doubted too: one probe
+    more, which passes)."""
+    lost = _pod("Running", RUNNING, podIP="10.0.0.1", conditions=[{"type": "Ready", "status": "False"}])
+    ready = _pod("Running", RUNNING, podIP="10.0.0.1", conditions=[{"type": "Ready", "status": "True"}])
+    assert status.describe(lost).state is RuntimeState.RUNNING and not status.describe(lost).serving
+    assert status.describe(ready).serving and status.describe(_pod("Running", RUNNING)).serving
+    exited = _pod(
+        "Failed", {"state": {"terminated": {"exitCode": 1}}}, conditions=[{"type": "Ready", "status": "False"}]
+    )
+    assert status.describe(exited).state is RuntimeState.EXITED and status.describe(exited).serving
+
+
 def test_a_pod_being_deleted_is_not_running() -> None:
     doc = _pod("Running", RUNNING, podIP="10.0.0.1")
     doc["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"

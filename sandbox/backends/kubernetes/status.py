@@ -156,6 +156,7 @@ def _describe(pod: dict[str, Any]) -> BackendInstance:
         created_at=created_at(pod),
         exit_code=code if state is RuntimeState.EXITED else None,
         detail=None if state is RuntimeState.RUNNING else f"pod {meta.get('name', '')}: {detail}",
+        serving=state is not RuntimeState.RUNNING or (_condition(pod, "Ready") or {}).get("status") != "False",
     )
 
 

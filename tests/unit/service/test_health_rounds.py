@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
@@ -274,6 +276,59 @@ async def test_a_terminal_whose_agent_died_is_probed_first_in_the_next_round(
         lifecycle._probed_ok[other] -= 60  # due in its turn too: the cap of one probe goes to the dead agent
         await lifecycle.check_health()
         assert reported == [(victim, "probe_failed")]
+    finally:
+        monkeypatch.undo()
+        for info in made:
+            await service.delete(ALICE, info.id)
+
+
+def test_deep_probes_in_turn_reach_every_sandbox_while_which_are_due_changes(service: SandboxService) -> None:
+    """A fleet larger than a round's share, where a sandbox probed lately is not due for a few rounds (as a terminal
+    with an open agent connection is not for ``terminal_deep_probe_s``): each round's share starts after the id the
+    last one ended with, so every sandbox's probe comes within a lap. (A turn kept as a position into the list of
+    due sandboxes, which shrinks and grows, skipped some ids for many rounds: a lost node's agents went unprobed.)"""
+    lifecycle = Lifecycle(service, LifecycleSettings(probes_per_round=3), logger=LOGGER)
+    fleet = [SimpleNamespace(id=f"sb-{i:02d}") for i in range(20)]  # a share is chosen by id alone
+    probed_in: dict[str, int] = {}
+    for round_ in range(40):
+        due = [r for r in fleet if round_ - probed_in.get(r.id, -99) > 4]  # probed within 4 rounds: not due
+        for record in lifecycle._in_turn(cast(list[SandboxRecord], due)):
+            probed_in[record.id] = round_
+        waits = [round_ - probed_in.get(r.id, -1) for r in fleet]
+        assert max(waits) <= 20 // 3 + 5, (round_, sorted(zip(waits, (r.id for r in fleet), strict=True))[-3:])
+
+
+async def test_a_running_instance_the_engine_doubts_is_probed_first(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod whose node stopped reporting stays Running as last reported, its Ready condition False: the engine's
+    listing says so (``serving`` False), and the round probes it before any other, even with the round's probes
+    capped and its last probe passed just now. The probe decides: here the agent answers, so nothing is reported."""
+    made = [await service.create(ALICE, SandboxSpec(kind="terminal", labels={"t": "doubted"})) for _ in range(2)]
+    doubted, other = [(await _record(service, info.id)).instance for info in made]
+    probed: list[str] = []
+    probe = lifecycle_module.probe_agent
+    inspect = service.backend.inspect
+
+    async def counting(backend: Backend, instance_id: str) -> Health:
+        probed.append(instance_id)
+        return await probe(backend, instance_id)
+
+    async def not_ready() -> list[BackendInstance]:
+        return [replace(await inspect(doubted), state=RuntimeState.RUNNING, serving=False)]
+
+    lifecycle = Lifecycle(service, LifecycleSettings(terminal_deep_probe_s=60, probes_per_round=1), logger=LOGGER)
+    try:
+        monkeypatch.setattr(lifecycle_module, "probe_agent", counting)
+        for _ in range(3):  # in turn, one a round, until both passed (and anything else the module left)
+            await lifecycle.check_health()
+        assert {doubted, other} <= set(lifecycle._probed_ok)
+        probed.clear()
+        monkeypatch.setattr(service.backend, "list_not_running", not_ready)
+        lifecycle._probed_ok[other] -= 60  # due in its turn: the cap of one probe would go to it
+        await lifecycle.check_health()
+        assert probed[0] == doubted, probed
+        assert (await _record(service, made[0].id)).state is SandboxState.RUNNING, "its agent answered"
     finally:
         monkeypatch.undo()
         for info in made:
