@@ -106,13 +106,7 @@ def test_there_are_enough_sample_tasks() -> None:
 
 @pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: p.stem)
 async def test_reference_solution_scores_1_and_doing_nothing_scores_0(make_sandbox: SandboxFactory, path: Path) -> None:
-    task = Task.from_file(path)
-    solution = load_actions(path.with_suffix(".solution.jsonl"))
-    solved, idle = await asyncio.gather(
-        episode(make_sandbox, task, solution, "solved"), episode(make_sandbox, task, [], "idle")
-    )
-    assert solved.reward == 1.0, f"the reference solution scored {solved.reward}: {solved.model_dump()}"
-    assert idle.reward == 0.0, f"doing nothing scored {idle.reward}: {idle.model_dump()}"
+    await _solved_scores_1_and_idle_scores_0(make_sandbox, path)
 
 
 @pytest.mark.parametrize("path", CHROME_TAB_TASKS, ids=lambda p: p.stem)
@@ -121,6 +115,11 @@ async def test_chrome_tabs_open_on_a_desktop_right_after_chrome_is_launched(
 ) -> None:
     """chrome_open_tabs right after a ``launch`` of google-chrome: it waits for the DevTools port, and the tab's load
     is checked in the sandbox (a desktop's agent drives no browser). Two desktops at once, as the reference test."""
+    await _solved_scores_1_and_idle_scores_0(make_sandbox, path)
+
+
+async def _solved_scores_1_and_idle_scores_0(make_sandbox: SandboxFactory, path: Path) -> None:
+    """The task's reference solution and an episode of no action, in two sandboxes at once."""
     task = Task.from_file(path)
     solution = load_actions(path.with_suffix(".solution.jsonl"))
     solved, idle = await asyncio.gather(
