@@ -332,7 +332,7 @@ class Lifecycle:
         # The turn is kept as an id, not a position: which sandboxes are due changes from round to round (a terminal
         # probed lately is not), and a position into a list that shrank skips the ids that moved past it.
         ordered = sorted(probes, key=lambda r: r.id)
-        start = bisect.bisect_right([r.id for r in ordered], self._probed_last) % len(ordered)
+        start = bisect.bisect_right(ordered, self._probed_last, key=lambda r: r.id) % len(ordered)
         share = (ordered[start:] + ordered[:start])[:limit]
         if share:
             self._probed_last = share[-1].id

@@ -244,13 +244,12 @@ async def _chrome_open_tabs(ctx: StepContext, p: dict[str, Any]) -> None:
         scripts.argv(scripts.CDP, "loaded", str(ids[-1]), f"{LOAD_TIMEOUT_S:g}"), timeout=LOAD_TIMEOUT_S + 15
     )
     scripts.output(loaded, f"the tab for {urls[-1]} did not load")
-    blank = [str(t["id"]) for t in before if t.get("url") in BLANK_PAGES]
+    blank = [str(t["id"]) for t in before if t.get("url") in scripts.BLANK_PAGES]
     if blank:
         closed = await ctx.runtime.exec(scripts.argv(scripts.CDP, "close", *blank), timeout=30)
         scripts.output(closed, "cannot close the blank tab")
 
 
-BLANK_PAGES = scripts.BLANK_PAGES
 LOAD_TIMEOUT_S = 30.0
 DEVTOOLS_WAIT_S = 30.0
 
