@@ -16,6 +16,12 @@ when asked, TCP. On TCP the first frame must be ``{"op": "hello", "args": {"toke
 carrying the sandbox's secret; the agent answers ``{"ok": true, "result": {"protocol": N}}``
 and then serves the connection like a unix one, or answers one ``unauthenticated`` error
 frame and hangs up.
+
+A direct lane (docs/lanes.md) lets an SDK step a sandbox without the control plane in the path. Its connections
+reach the agent on the lane socket (next to the agent's, under Docker) or on TCP, and always open with
+``{"op": "hello", "args": {"lane": ticket}}``, a ticket the control plane granted (``lane_grant``); such a
+connection serves ``lane_step`` only, and the agent keeps what each step did for the control plane to read
+(``lane_report``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ MAX_BLOB_BYTES = 256 * 1024 * 1024
 MAX_READ_BYTES = 128 * 1024 * 1024
 """The most one file read returns."""
 AGENT_SOCKET_NAME = "agent.sock"
+LANE_SOCKET_NAME = "lane.sock"
+LANE_STEP_OP = "lane_step"
 SOCKET_DIR_IN_SANDBOX = "/run/sandbox"
 HELLO_OP = "hello"
 LISTEN_ENV = "SANDBOX_AGENT_LISTEN"

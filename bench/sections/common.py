@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from bench import BenchError
 from bench.progress import Progress
-from sandbox.client import AsyncSandbox, AsyncStepStream
+from sandbox.client import AsyncLane, AsyncSandbox, AsyncStepStream
 from sandbox.models import Observation
 
 EXEC_TRUE = {"type": "exec", "cmd": ["true"]}
@@ -91,3 +91,13 @@ async def step_true(sandbox: AsyncSandbox) -> None:
 
 async def stream_true(stream: AsyncStepStream) -> None:
     check_exec(await stream.step(EXEC_TRUE))
+
+
+async def lane_true(lane: AsyncLane) -> None:
+    check_exec(await lane.step(EXEC_TRUE))
+
+
+def require_lane(lane: AsyncLane) -> None:
+    """A lane's rows measure the lane: one that fell back to the control plane is the bench's error, not a row."""
+    if lane.info is None:
+        raise BenchError("the SDK got no direct lane (docs/lanes.md): its steps went through the control plane")

@@ -6,7 +6,8 @@ The agent deflates again only the bands of rows that changed since its last scre
 the screen unchanged; after a key typed into an xterm (an agent's act-then-observe: one band of text changes); and
 after the root window's colour flips, which changes every band (the cost of a whole new frame). The baseline encodes
 the whole screen every time whatever changed. The whole new frame is timed once more as ``zstd`` (the screen's BGRX
-pixels, Zstandard-compressed: no conversion, about 3 ms of the agent's CPU where PNG takes 11-13 ms); the details
+pixels, Zstandard-compressed: no conversion, about 3 ms of the agent's CPU where PNG takes 11-13 ms), through the
+control plane and over a direct lane to the agent (docs/lanes.md); the details
 give each format's bytes and what decoding it to a Pillow image (``Screenshot.image()``) costs the caller.
 
 Back to back, the sandbox's CPU quota (1 CPU) throttles it now and then (the screenshot's encoder runs on two
@@ -23,9 +24,9 @@ from PIL import Image
 from bench import BenchError
 from bench.harness import Bench, SectionResult
 from bench.report import Row, Target
-from bench.sections.common import series
+from bench.sections.common import require_lane, series
 from bench.stats import Summary, speedup
-from sandbox.client import AsyncSandbox
+from sandbox.client import AsyncLane, AsyncSandbox
 from sandbox.models import Screenshot
 
 NAME = "observe"
@@ -63,7 +64,9 @@ async def _show_apps(sandbox: AsyncSandbox) -> None:
     raise BenchError("the xterm windows did not appear on the desktop within 30 s")
 
 
-async def _observe(sandbox: AsyncSandbox, sizes: list[int], shots: list[Screenshot], fmt: str = "png") -> None:
+async def _observe(
+    sandbox: AsyncSandbox | AsyncLane, sizes: list[int], shots: list[Screenshot], fmt: str = "png"
+) -> None:
     shot = (await sandbox.observe(format=fmt)).screenshot
     if shot is None or (shot.width, shot.height, shot.format) != (WIDTH, HEIGHT, fmt):
         raise BenchError(f"unexpected screenshot: {shot!r}")
@@ -125,6 +128,15 @@ async def run(bench: Bench) -> SectionResult:
         flipped = await series(progress, "observe: SDK, whole screen new", ours_call, n, warmup, before=flip_root)
         flipped_png = (sizes[-1], png_shot[0])
         zstd = await series(progress, "observe: SDK zstd, whole screen new", zstd_call, n, warmup, before=flip_root)
+        async with sandbox.lane() as lane:
+
+            async def lane_call() -> None:
+                await _observe(lane, zstd_sizes, zstd_shot, "zstd")
+
+            laned = await series(
+                progress, "observe: lane zstd, whole screen new", lane_call, n, warmup, before=flip_root
+            )
+            require_lane(lane)
         docker = await series(progress, "observe: docker", docker_call, n, warmup)
         if pace:
             paced = (
@@ -143,6 +155,12 @@ async def run(bench: Bench) -> SectionResult:
         _row(
             f"screenshot {WIDTH}x{HEIGHT} zstd, SDK observe after the whole screen changed",
             Summary.of(zstd),
+            base,
+            frame_target=True,
+        ),
+        _row(
+            f"screenshot {WIDTH}x{HEIGHT} zstd, direct lane observe after the whole screen changed",
+            Summary.of(laned),
             base,
             frame_target=True,
         ),

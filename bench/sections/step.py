@@ -1,4 +1,5 @@
-"""step: ``true`` run in a terminal sandbox through the SDK (a Step RPC, and a step over a StepStream) vs
+"""step: ``true`` run in a terminal sandbox through the SDK (a Step RPC, a step over a StepStream, and a step over a
+direct lane to the sandbox's agent, docs/lanes.md) vs
 ``docker exec <the same container> true``: back to back, then both again with a pause between calls.
 
 And the floor under a step: a bare spawn of ``/bin/true`` in the same sandbox, each one timed by the shell loop that
@@ -11,7 +12,7 @@ from __future__ import annotations
 from bench import BenchError
 from bench.harness import Bench, SectionResult
 from bench.report import Row, Target
-from bench.sections.common import series, step_true, stream_true
+from bench.sections.common import lane_true, require_lane, series, step_true, stream_true
 from bench.stats import Summary, speedup
 
 NAME = "step"
@@ -35,6 +36,9 @@ async def run(bench: Bench) -> SectionResult:
         step = await series(progress, "step: SDK Step", lambda: step_true(sandbox), n, warmup)
         async with sandbox.step_stream() as stream:
             streamed = await series(progress, "step: SDK StepStream", lambda: stream_true(stream), n, warmup)
+        async with sandbox.lane() as lane:
+            laned = await series(progress, "step: SDK direct lane", lambda: lane_true(lane), n, warmup)
+            require_lane(lane)
         docker = await series(progress, "step: docker exec", docker_exec, n, warmup)
         progress.say(f"step: {n} bare spawns of /bin/true in the sandbox")
         spawns = await bare_spawns(bench, container, n, warmup)
@@ -45,12 +49,14 @@ async def run(bench: Bench) -> SectionResult:
             )
         await sandbox.close()
     base = Summary.of(docker)
-    over_stream = Summary.of(streamed)
+    over_stream, over_lane = Summary.of(streamed), Summary.of(laned)
     rows = [
         _row("exec `true`, SDK Step", Summary.of(step), base, BASELINE),
         Row(NAME, "exec `true`, SDK StepStream", over_stream, base, BASELINE, speedup(base.p50, over_stream.p50)),
+        Row(NAME, "exec `true`, SDK direct lane", over_lane, base, BASELINE, speedup(base.p50, over_lane.p50)),
         _over_spawn("exec `true`, SDK Step, vs a bare spawn", Summary.of(step), Summary.of(spawns)),
         _over_spawn("exec `true`, SDK StepStream, vs a bare spawn", over_stream, Summary.of(spawns)),
+        _over_spawn("exec `true`, SDK direct lane, vs a bare spawn", over_lane, Summary.of(spawns)),
     ]
     if paced is not None:
         label = f"{bench.options.pace_ms:g} ms apart"

@@ -7,6 +7,8 @@ Then, over the same sandboxes:
   loop per sandbox, each on a ``StepStream`` - what the control plane and the agent cost per step, with no spawn;
 - the same two kinds of step batched: each sandbox's step in one ``step_many`` call (gRPC ``StepMany``, a vectorized
   environment's step), in two closed loops over half the sandboxes each - what the API's per-call work costs;
+- the same two kinds of step over direct lanes (docs/lanes.md: the SDK to each sandbox's agent, the control plane
+  out of the path), one closed loop per sandbox;
 - the machine's own spawn limit: one ``docker exec <container> bash -c 'for i in $(seq K); do /bin/true; done'``
   in every sandbox at once, no control plane in the way (K per sandbox; spawns/s = all spawns / the slowest loop's
   time). Exec steps/s (above) as a fraction of it says how much of the machine's spawning a step of ``true`` gets.
@@ -23,10 +25,10 @@ from typing import Any
 from bench import BenchError
 from bench.harness import Bench, SectionResult
 from bench.report import Row, Target
-from bench.sections.common import EXEC_TRUE, Load, check_exec, closed_loop, step_true
+from bench.sections.common import EXEC_TRUE, Load, check_exec, closed_loop, lane_true, require_lane, step_true
 from bench.stats import Summary, Value, gain, speedup
 from bench.step_cpu import CpuSplit, StepCpuMeter
-from sandbox.client import AsyncClient, AsyncSandbox, AsyncStepStream
+from sandbox.client import AsyncClient, AsyncLane, AsyncSandbox, AsyncStepStream
 from sandbox.models import Observation
 
 Check = Callable[[Observation], None]
@@ -70,6 +72,19 @@ def _batch_rows(
             limit, loops, gain(quiet_rate, spawns),
             Target(f"≥ {NO_SPAWN_TARGET:,.0f} steps/s", quiet_rate >= NO_SPAWN_TARGET)),
         Row(NAME, "a batched call's latency (no-spawn steps)", Summary.of(quiet_calls.latencies)),
+    ]  # fmt: skip
+
+
+def _lane_rows(n: int, laned: Load, quiet: Load, limit: Value, loops: str, spawns: float) -> list[Row]:
+    fraction = laned.rate / spawns if spawns > 0 else 0.0
+    return [
+        Row(NAME, f"exec steps of `true` over {n} direct lanes vs the spawn limit",
+            Value(laned.rate, "steps/s", n=len(laned.latencies)), limit, loops, fraction,
+            Target(f"≥ {SPAWN_FRACTION_TARGET:.0%} of the limit", fraction >= SPAWN_FRACTION_TARGET)),
+        Row(NAME, f"no-spawn steps over {n} direct lanes", Value(quiet.rate, "steps/s", n=len(quiet.latencies)),
+            limit, loops, gain(quiet.rate, spawns),
+            Target(f"≥ {NO_SPAWN_TARGET:,.0f} steps/s", quiet.rate >= NO_SPAWN_TARGET)),
+        Row(NAME, "no-spawn step latency over lanes under that load", Summary.of(quiet.latencies)),
     ]  # fmt: skip
 
 
@@ -147,7 +162,24 @@ async def run(bench: Bench) -> SectionResult:
         meter.start()
         batched_exec, exec_calls = await _batched(client, sandboxes, EXEC_TRUE, check_exec, seconds)
         batched_exec_cpu = meter.stop()
-        progress.say(f"throughput: batched {batched_quiet:.0f} no-spawn, {batched_exec:.0f} exec steps/s; spawn limit")
+        progress.say(f"throughput: batched {batched_quiet:.0f} no-spawn, {batched_exec:.0f} exec steps/s; lanes")
+        async with contextlib.AsyncExitStack() as stack:
+            lanes: list[AsyncLane] = [await stack.enter_async_context(s.lane()) for s in sandboxes]
+
+            async def lane_quiet(i: int) -> None:
+                _check_no_spawn(await lanes[i].step(NO_SPAWN))
+
+            meter.start()
+            laned = await closed_loop(lambda i: lane_true(lanes[i]), n, seconds, WARMUP_S)
+            lane_exec_cpu = meter.stop()
+            meter.start()
+            lane_quiet_load = await closed_loop(lane_quiet, n, seconds, WARMUP_S)
+            lane_quiet_cpu = meter.stop()
+            for lane in lanes:
+                require_lane(lane)
+        progress.say(
+            f"throughput: lanes {laned.rate:.0f} exec, {lane_quiet_load.rate:.0f} no-spawn steps/s; spawn limit"
+        )
         per_container = bench.options.spawn_loop_count
         spawns, slowest = await _spawn_limit(bench, containers, per_container)
         progress.say(f"throughput: {spawns:.0f} spawns/s ({per_container} per sandbox, slowest {slowest:.1f} s)")
@@ -170,10 +202,13 @@ async def run(bench: Bench) -> SectionResult:
             Target(f"≥ {NO_SPAWN_TARGET:,.0f} steps/s", quiet.rate >= NO_SPAWN_TARGET)),
         Row(NAME, "no-spawn step latency under that load", quiet_lat),
         *_batch_rows(n, batched_exec, exec_calls, batched_quiet, quiet_calls, limit, spawn_loops, spawns),
+        *_lane_rows(n, laned, lane_quiet_load, limit, spawn_loops, spawns),
         *_cpu_rows("exec step of `true`", exec_cpu, ours.calls),
         *_cpu_rows("no-spawn step", quiet_cpu, quiet.calls),
         *_cpu_rows("batched exec step of `true`", batched_exec_cpu, exec_calls.calls * n // BATCH_LOOPS),
         *_cpu_rows("batched no-spawn step", batched_quiet_cpu, quiet_calls.calls * n // BATCH_LOOPS),
+        *_cpu_rows("exec step of `true` over a lane", lane_exec_cpu, laned.calls),
+        *_cpu_rows("no-spawn step over a lane", lane_quiet_cpu, lane_quiet_load.calls),
     ]  # fmt: skip
     details = {
         "seconds": seconds,

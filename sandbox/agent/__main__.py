@@ -1,7 +1,8 @@
 """Entry point of the in-sandbox agent: ``python3 -m sandbox.agent --kind terminal``.
 
-It serves the unix socket ``--socket`` and, with ``--listen HOST:PORT`` (or $SANDBOX_AGENT_LISTEN), TCP too; TCP
-needs ``--token-file`` (or $SANDBOX_AGENT_TOKEN_FILE): a TCP peer must present that file's secret first.
+It serves the unix socket ``--socket`` (and direct lanes on ``--lane-socket``, beside it by default) and, with
+``--listen HOST:PORT`` (or $SANDBOX_AGENT_LISTEN), TCP too; TCP needs ``--token-file`` (or
+$SANDBOX_AGENT_TOKEN_FILE): a TCP peer must present that file's secret first (or a direct lane's ticket).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Callable
 from sandbox.agent.app import KINDS, AgentApp, AgentConfig
 from sandbox.agent.auth import DEFAULT_HELLO_TIMEOUT, TokenFile, TokenFileError, parse_listen
 from sandbox.agent.children import watch_children_by_pidfd
+from sandbox.agent.lanes import Lanes
 from sandbox.agent.server import AgentServer
-from sandbox.protocol import AGENT_SOCKET_NAME, LISTEN_ENV, SOCKET_DIR_IN_SANDBOX, TOKEN_FILE_ENV
+from sandbox.protocol import AGENT_SOCKET_NAME, LANE_SOCKET_NAME, LISTEN_ENV, SOCKET_DIR_IN_SANDBOX, TOKEN_FILE_ENV
 
 
 def parse_args(argv: list[str]) -> AgentConfig:
@@ -26,6 +28,12 @@ def parse_args(argv: list[str]) -> AgentConfig:
     parser.add_argument("--kind", choices=KINDS, default=os.environ.get("SANDBOX_KIND", "terminal"))
     parser.add_argument(
         "--socket", default=os.path.join(SOCKET_DIR_IN_SANDBOX, AGENT_SOCKET_NAME), help='unix socket ("": none)'
+    )
+    parser.add_argument(
+        "--lane-socket",
+        default=None,
+        metavar="PATH",
+        help=f'the direct lanes\' unix socket (default: {LANE_SOCKET_NAME} beside --socket; "": none)',
     )
     parser.add_argument(
         "--listen",
@@ -68,11 +76,15 @@ def parse_args(argv: list[str]) -> AgentConfig:
             parser.error(f"--token-file (or ${TOKEN_FILE_ENV}): {e}; the agent never serves TCP unauthenticated")
     if not ns.socket and listen is None:
         parser.error("nothing to serve: give --socket, --listen, or both")
+    lane_socket = ns.lane_socket
+    if lane_socket is None:
+        lane_socket = os.path.join(os.path.dirname(ns.socket), LANE_SOCKET_NAME) if ns.socket else ""
     if ns.hello_timeout <= 0:
         parser.error("--hello-timeout must be a positive number of seconds")
     return AgentConfig(
         kind=ns.kind,
         socket_path=ns.socket,
+        lane_socket_path=lane_socket,
         roots=roots,
         workspace=ns.workspace,
         display=ns.display,
@@ -100,12 +112,14 @@ async def run(config: AgentConfig) -> None:
         watch_children_by_pidfd(loop)
     logger.info("agent event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)
     app = AgentApp(config, logger=logger)
+    ops = app.ops()
     server = AgentServer(
-        app.ops(),
+        ops,
         tunnel_ports=app.tunnel_ports(),
         reserved_ports=app.reserved_ports(),
         max_request_bytes=config.max_request_bytes,
         logger=logger,
+        lanes=Lanes(ops),
     )
     serving = asyncio.create_task(
         server.serve(
@@ -113,6 +127,7 @@ async def run(config: AgentConfig) -> None:
             listen=config.listen,
             tokens=TokenFile(config.token_file) if config.listen and config.token_file else None,
             hello_timeout=config.hello_timeout,
+            lane_path=config.lane_socket_path or None,
         )
     )
     stop = asyncio.Event()

@@ -37,6 +37,8 @@ class AgentConfig:
     token_file: str | None = None
     hello_timeout: float = 5.0
     """Seconds a TCP peer has to send its hello before the agent hangs up."""
+    lane_socket_path: str = ""
+    """The direct lanes' unix socket ("": none; ``lanes.py``)."""
 
 
 def _unsupported(kind: str, what: str) -> AgentError:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 from sandbox.protocol import HELLO_OP, PROTOCOL_VERSION, ErrorCode, FrameError, encode_frame, read_frame
 
@@ -51,15 +52,20 @@ class TokenFile:
         return hmac.compare_digest(presented.strip().encode("utf-8", errors="surrogatepass"), expected)
 
 
+Access = Literal["token", "lane"]
+
+
 async def handshake(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    tokens: TokenFile,
+    tokens: TokenFile | None,
     *,
     timeout: float,
     logger: logging.Logger,
-) -> bool:
-    """Wait for the peer's hello and answer it. True: the connection may be served; False: hang up."""
+    lane_admits: Callable[[object], bool] | None = None,
+) -> tuple[Access, Any] | None:
+    """Wait for the peer's hello and answer it: what it proved (the sandbox's token, or a lane's ticket ``lane_admits``
+    accepts) and what it presented, or None: hang up. ``tokens`` None: only lanes are served here."""
     peer = format_address(writer.get_extra_info("peername"))
     try:
         header, _ = await asyncio.wait_for(
@@ -68,38 +74,52 @@ async def handshake(
     except TimeoutError:
         logger.warning("refused an unauthenticated connection from %s (no hello within %g s)", peer, timeout)
         await _refuse(writer, ErrorCode.UNAUTHENTICATED, f"no hello within {timeout:g} s")
-        return False
+        return None
     except (asyncio.IncompleteReadError, ConnectionError):
-        return False
+        return None
     except FrameError:
-        return await _failed(writer, logger, peer, "a malformed first frame")
+        await _failed(writer, logger, peer, "a malformed first frame")
+        return None
     if header.get("op") != HELLO_OP:
-        return await _failed(writer, logger, peer, "the first frame was not a hello")
+        await _failed(writer, logger, peer, "the first frame was not a hello")
+        return None
     args: Any = header.get("args")
-    presented = args.get("token") if isinstance(args, dict) else None
+    args = args if isinstance(args, dict) else {}
+    if "lane" in args or tokens is None:
+        ticket = args.get("lane")
+        if lane_admits is None or not lane_admits(ticket):
+            await _failed(writer, logger, peer, "a lane ticket not granted, revoked or expired")
+            return None
+        return await _welcome(writer, ("lane", ticket))
+    presented = args.get("token")
     try:
         accepted = tokens.matches(presented)
     except TokenFileError as e:
         logger.error("refused a connection from %s: %s", peer, e)
         await asyncio.sleep(FAILURE_DELAY)
         await _refuse(writer, ErrorCode.UNAVAILABLE, "the agent cannot check tokens: its token file is unusable")
-        return False
+        return None
     if not accepted:
-        return await _failed(writer, logger, peer, "a wrong or missing token")
+        await _failed(writer, logger, peer, "a wrong or missing token")
+        return None
+    return await _welcome(writer, ("token", None))
+
+
+async def _welcome(writer: asyncio.StreamWriter, access: tuple[Access, Any]) -> tuple[Access, Any]:
     writer.write(encode_frame({"ok": True, "result": {"protocol": PROTOCOL_VERSION}}))
     await writer.drain()
-    return True
+    return access
 
 
-async def _failed(writer: asyncio.StreamWriter, logger: logging.Logger, peer: str, why: str) -> bool:
+async def _failed(writer: asyncio.StreamWriter, logger: logging.Logger, peer: str, why: str) -> None:
     logger.warning("refused an unauthenticated connection from %s (%s)", peer, why)
     await asyncio.sleep(FAILURE_DELAY)
     await _refuse(
         writer,
         ErrorCode.UNAUTHENTICATED,
-        "authentication failed: open the connection with a hello carrying the sandbox's token",
+        "authentication failed: open the connection with a hello carrying the sandbox's token or a lane's ticket",
     )
-    return False
+    return None
 
 
 async def _refuse(writer: asyncio.StreamWriter, code: str, message: str) -> None:

@@ -1,7 +1,9 @@
 """The agent's server: reads frames, enforces limits and deadlines, dispatches ops.
 
 It serves a unix socket (no handshake: the socket's directory guards it) and, when given a token file, TCP
-(every connection first passes :func:`sandbox.agent.auth.handshake`). Both may be served at once.
+(every connection first passes :func:`sandbox.agent.auth.handshake`). Both may be served at once. Given
+:class:`~sandbox.agent.lanes.Lanes`, it also serves direct lanes: on a lane socket of their own, and on TCP beside
+the token's peers; a lane's connection serves ``lane_step`` only (``lanes.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 
 from sandbox.agent.auth import DEFAULT_HELLO_TIMEOUT, TokenFile, format_address, handshake
 from sandbox.agent.errors import AgentError, bad_request, require
+from sandbox.agent.lanes import Lanes
 from sandbox.agent.ports import user_port_refusal
-from sandbox.protocol import ErrorCode, FrameError, encode_frame, read_frame
+from sandbox.protocol import LANE_STEP_OP, ErrorCode, FrameError, encode_frame, read_frame
 
 Handler = Callable[[dict[str, Any], bytes], Awaitable[tuple[dict[str, Any], bytes]]]
 
@@ -36,9 +39,14 @@ class AgentServer:
         max_request_bytes: int,
         logger: logging.Logger,
         reserved_ports: frozenset[int] = frozenset(),
+        lanes: Lanes | None = None,
     ) -> None:
         """``tunnel_ports``: the platform's ports a plain tunnel reaches (VNC, DevTools); ``reserved_ports``: the
-        ports a *user* tunnel (``{"user": true}``, a preview URL's) never reaches, besides those (``ports.py``)."""
+        ports a *user* tunnel (``{"user": true}``, a preview URL's) never reaches, besides those (``ports.py``).
+        ``lanes``: serve direct lanes (their ``lane_grant``, ``lane_revoke`` and ``lane_report`` ops join ``ops``)."""
+        self._lanes = lanes
+        if lanes is not None:
+            ops = {**ops, "lane_grant": lanes.grant, "lane_revoke": lanes.revoke, "lane_report": lanes.report}
         self._ops = ops
         self._tunnel_ports = tunnel_ports
         self._reserved_ports = reserved_ports | tunnel_ports
@@ -52,8 +60,10 @@ class AgentServer:
         listen: tuple[str, int] | None = None,
         tokens: TokenFile | None = None,
         hello_timeout: float = DEFAULT_HELLO_TIMEOUT,
+        lane_path: str | None = None,
     ) -> None:
-        """Serve the unix socket ``socket_path`` and/or TCP on ``listen`` (which needs ``tokens``) until cancelled."""
+        """Serve the unix socket ``socket_path`` and/or TCP on ``listen`` (which needs ``tokens``) until cancelled;
+        with lanes, their own unix socket ``lane_path`` too."""
         if listen is not None and tokens is None:
             raise ValueError("TCP needs a token file: the agent never serves an unauthenticated TCP listener")
         if socket_path is None and listen is None:
@@ -61,7 +71,9 @@ class AgentServer:
         servers: list[asyncio.AbstractServer] = []
         try:
             if socket_path is not None:
-                servers.append(await self._start_unix(socket_path))
+                servers.append(await self._start_unix(socket_path, self._handle_connection))
+            if lane_path is not None and self._lanes is not None:
+                servers.append(await self._start_unix(lane_path, lambda r, w: self._handle_lane(r, w, hello_timeout)))
             if listen is not None and tokens is not None:
                 host, port = listen
                 tcp = await asyncio.start_server(
@@ -75,10 +87,12 @@ class AgentServer:
             for server in servers:
                 server.close()
 
-    async def _start_unix(self, socket_path: str) -> asyncio.AbstractServer:
+    async def _start_unix(
+        self, socket_path: str, handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+    ) -> asyncio.AbstractServer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(socket_path)
-        server = await asyncio.start_unix_server(self._handle_connection, path=socket_path, limit=1 << 20)
+        server = await asyncio.start_unix_server(handle, path=socket_path, limit=1 << 20)
         # The control plane may run as another user than the sandbox user.
         os.chmod(socket_path, 0o666)
         self._log.info("agent listening on %s", socket_path)
@@ -91,21 +105,46 @@ class AgentServer:
         if sock is not None:  # a peer gone without a word (its node died) must not hold the connection forever
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        await self._serve_after_hello(reader, writer, tokens, hello_timeout)
+
+    async def _handle_lane(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello_timeout: float
+    ) -> None:
+        await self._serve_after_hello(reader, writer, None, hello_timeout)
+
+    async def _serve_after_hello(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tokens: TokenFile | None, hello_timeout: float
+    ) -> None:
+        lanes = self._lanes
         try:
-            accepted = await handshake(reader, writer, tokens, timeout=hello_timeout, logger=self._log)
+            access = await handshake(
+                reader,
+                writer,
+                tokens,
+                timeout=hello_timeout,
+                logger=self._log,
+                lane_admits=lanes.admits if lanes is not None else None,
+            )
         except ConnectionError:
-            accepted = False
+            access = None
         except Exception:
             self._log.exception("the handshake failed")
-            accepted = False
-        if accepted:
+            access = None
+        if access is not None and access[0] == "token":
             await self._handle_connection(reader, writer)
+            return
+        if access is not None and lanes is not None:
+            with lanes.holding(writer):
+                await self._handle_connection(reader, writer, {LANE_STEP_OP: lanes.stepper(access[1])})
             return
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
 
-    async def _handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ops: dict[str, Handler] | None = None
+    ) -> None:
+        """Serve frames until the peer hangs up: every op, or only ``ops`` (a lane's: no tunnel either)."""
         try:
             while True:
                 try:
@@ -118,10 +157,10 @@ class AgentServer:
                     if e.recoverable:
                         continue
                     return  # the stream position is lost: hang up
-                if header.get("op") == TUNNEL_OP:
+                if header.get("op") == TUNNEL_OP and ops is None:
                     await self._tunnel(header.get("args") or {}, reader, writer)
                     return
-                writer.write(await self._dispatch(header, blob))
+                writer.write(await self._dispatch(header, blob, self._ops if ops is None else ops))
                 await writer.drain()
         except (ConnectionError, BrokenPipeError):
             return
@@ -130,13 +169,13 @@ class AgentServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _dispatch(self, header: dict[str, Any], blob: bytes) -> bytes:
+    async def _dispatch(self, header: dict[str, Any], blob: bytes, ops: dict[str, Handler]) -> bytes:
         op = header.get("op")
         started = time.monotonic()
         try:
-            handler = self._ops.get(op) if isinstance(op, str) else None
+            handler = ops.get(op) if isinstance(op, str) else None
             if handler is None:
-                raise bad_request(f"unknown op {op!r}; known: {', '.join(sorted(self._ops))}")
+                raise bad_request(f"unknown op {op!r}; known: {', '.join(sorted(ops))}")
             args = header.get("args") or {}
             if not isinstance(args, dict):
                 raise bad_request("args must be an object")

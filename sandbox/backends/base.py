@@ -14,12 +14,14 @@ import abc
 import enum
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.backends.agent_client import AgentClient
 from sandbox.errors import FailedPrecondition, SandboxError
 from sandbox.models import Health, HealthCheck, SandboxKind, SandboxSpec
+from sandbox.protocol import LANE_SOCKET_NAME
 
 # Labels on every engine object the platform creates. Clean-up filters on them.
 LABEL_MANAGED_BY = "sandbox.managed-by"
@@ -213,6 +215,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _connect_agent(self, instance_id: str) -> AgentClient:
         """A new client of the instance's agent."""
+
+    async def lane_address(self, instance_id: str) -> str | None:
+        """Where an SDK reaches the instance's direct lanes (docs/lanes.md): ``unix:PATH``, the lane socket beside
+        the agent's on this host, or ``tcp:HOST:PORT``; None: this backend offers none."""
+        socket_path = self.agent(instance_id).socket_path
+        if socket_path is None:
+            return None
+        return "unix:" + os.path.join(os.path.dirname(socket_path), LANE_SOCKET_NAME)
 
     async def _forget_agent(self, instance_id: str) -> None:
         agent = self._agents.pop(instance_id, None)

@@ -31,16 +31,19 @@ its own, direct path.
 """
 
 from sandbox.client._async import AsyncClient, AsyncFiles, AsyncSandbox, AsyncStepStream, AsyncTrajectories
+from sandbox.client._lane import AsyncLane, Lane
 from sandbox.client._sync import Client, Files, Sandbox, StepStream, Trajectories
 
 __all__ = [
     "AsyncClient",
     "AsyncFiles",
+    "AsyncLane",
     "AsyncSandbox",
     "AsyncStepStream",
     "AsyncTrajectories",
     "Client",
     "Files",
+    "Lane",
     "Sandbox",
     "StepStream",
     "Trajectories",

@@ -20,8 +20,19 @@ from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.client import _episodes, _ops
 from sandbox.client._episodes import TaskLike
 from sandbox.client._errors import deadline_exceeded, rpc_error, translate
+from sandbox.client._lane import AsyncLane
 from sandbox.errors import SandboxError, Unavailable
-from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, Screenshot, SnapshotInfo
+from sandbox.models import (
+    Action,
+    ExecResult,
+    FileInfo,
+    Health,
+    LaneInfo,
+    Observation,
+    SandboxInfo,
+    Screenshot,
+    SnapshotInfo,
+)
 from sandbox.trajectories.models import Trajectory, TrajectoryInfo
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
@@ -158,6 +169,16 @@ class AsyncSandbox:
             return await self._client._run(_ops.step(self.id, action, screenshot=screenshot))
         request, budget = _ops.checked_step(self.id, action, screenshot=screenshot)
         return _ops.step_result(await self._steps._exchange(request, max(self._client.timeout, budget)))
+
+    async def _open_lane(self) -> LaneInfo:
+        """A direct lane's grant (``OpenLane``): what the lane asks for when it needs one."""
+        return await self._client._run(_ops.open_lane(self.id))
+
+    def lane(self) -> AsyncLane:
+        """Steps over a direct lane to the sandbox's agent, the control plane out of the path (docs/lanes.md):
+        ``with sb.lane() as lane:``. What a lane does not carry (an episode's steps among them) goes through the
+        control plane, with the same result."""
+        return AsyncLane(self)
 
     def step_stream(self) -> AsyncStepStream:
         """Steps over a bidirectional stream of their own: ``async with sb.step_stream() as s:``. (``step`` already

@@ -421,3 +421,9 @@ def preview_url(sandbox_id: str, port: int, *, ttl_s: float | None, full_path: b
     wanted = convert.validate(UrlRequest, data, what="preview URL request")
     reply = yield Call("PreviewUrl", convert.url_request_to_proto(sandbox_id, wanted))
     return convert.port_url_from_proto(reply).url
+
+
+def open_lane(sandbox_id: str) -> Op[models.LaneInfo]:
+    """A direct lane to the sandbox's agent (docs/lanes.md): its address, ticket, lifetime and actions."""
+    reply = yield Call("OpenLane", pb.OpenLaneRequest(sandbox_id=sandbox_id))
+    return convert.lane_from_proto(reply)

@@ -19,8 +19,19 @@ from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.client import _episodes, _ops
 from sandbox.client._episodes import TaskLike
 from sandbox.client._errors import rpc_error
+from sandbox.client._lane import Lane
 from sandbox.errors import SandboxError, Unavailable
-from sandbox.models import Action, ExecResult, FileInfo, Health, Observation, SandboxInfo, Screenshot, SnapshotInfo
+from sandbox.models import (
+    Action,
+    ExecResult,
+    FileInfo,
+    Health,
+    LaneInfo,
+    Observation,
+    SandboxInfo,
+    Screenshot,
+    SnapshotInfo,
+)
 from sandbox.trajectories.models import Trajectory, TrajectoryInfo
 from sandbox.wire.grpc_gen import sandbox_pb2 as pb
 from sandbox.wire.grpc_gen import sandbox_pb2_grpc as pb_grpc
@@ -138,6 +149,16 @@ class Sandbox:
         it is: pyautogui code, ``"WAIT"``, ``"DONE"``, ``"FAIL"``). In an episode, ``done`` and ``info`` say where it
         stands (``info``: steps, truncated, reason, task_id, trajectory_id)."""
         return self._client._run(_ops.step(self.id, action, screenshot=screenshot))
+
+    def _open_lane(self) -> LaneInfo:
+        """A direct lane's grant (``OpenLane``): what the lane asks for when it needs one."""
+        return self._client._run(_ops.open_lane(self.id))
+
+    def lane(self) -> Lane:
+        """Steps over a direct lane to the sandbox's agent, the control plane out of the path (docs/lanes.md):
+        ``with sb.lane() as lane:``. What a lane does not carry (an episode's steps among them) goes through the
+        control plane, with the same result."""
+        return Lane(self)
 
     def step_stream(self) -> StepStream:
         """Steps over one bidirectional stream, for the lowest latency: ``with sb.step_stream() as s: s.step(a)``."""

@@ -55,6 +55,7 @@ from sandbox.models.android import (
     Tap,
 )
 from sandbox.models.base import Button, Coord, Model
+from sandbox.models.lane import LaneInfo
 from sandbox.models.preview import ListeningPort, PortUrl, UrlRequest
 from sandbox.models.results import (
     ExecResult,
@@ -109,6 +110,7 @@ __all__ = [
     "Key",
     "KeyDown",
     "KeyUp",
+    "LaneInfo",
     "ListeningPort",
     "LongPress",
     "Model",

@@ -79,6 +79,19 @@ class Metrics:
             ["transport", "method", "code"],
             registry=r,
         )
+        self.lane_steps = Counter(
+            "sandbox_lane_steps",
+            "Steps taken through a direct lane (docs/lanes.md), by kind and outcome, counted when the control plane "
+            'reads the agent\'s ledger; they are in sandbox_operation_duration_seconds{operation="step"} too.',
+            ["kind", "outcome"],
+            registry=r,
+        )
+        self.lane_steps_lost = Counter(
+            "sandbox_lane_steps_lost",
+            "Lane steps an agent's ledger no longer held when the control plane read it (it read too late).",
+            ["kind"],
+            registry=r,
+        )
         self.provisions = Counter(
             "sandbox_provisions",
             "Instances given to sandboxes (create, reset, recovery): 'warm' was taken from a warm pool, 'cold' was "
@@ -209,6 +222,12 @@ class Metrics:
         if child is None:
             child = self._operations[key] = self.operation_seconds.labels(name, kind, outcome)
         return child
+
+    def lane_step(self, operation: str, kind: SandboxKind, *, ok: bool, seconds: float) -> None:
+        """One step (or observe) a lane took, as the agent timed it: counted with the control plane's own."""
+        outcome = OK if ok else ERROR
+        self._operation(operation, kind.value, outcome).observe(seconds)
+        self.lane_steps.labels(kind.value, outcome).inc()
 
     def api_error(self, transport: str, method: str, code: str) -> None:
         self.api_errors.labels(transport, method, code).inc()

@@ -78,7 +78,7 @@ class Acting:
                 timings["screenshot"] = ms_since(shot_started)
         except Unavailable as e:
             raise await self.failures.dead(record, e) from e
-        await self._touch(record)
+        await self.touch(record)
         self.activity.recent.setdefault(record.id, deque(maxlen=RECENT_ACTIONS)).append((time.time(), shown))
         return Observation(**obs, timings_ms={**timings, "total": ms_since(started)})
 
@@ -121,7 +121,7 @@ class Acting:
                 obs.update(url=page.get("url"), title=page.get("title"))
         except Unavailable as e:
             raise await self.failures.dead(record, e) from e
-        await self._touch(record)
+        await self.touch(record)
         return Observation(**obs, timings_ms={"total": ms_since(started)})
 
     @timed("screenshot")
@@ -143,7 +143,7 @@ class Acting:
         except Unavailable as e:
             raise await self.failures.dead(record, e) from e
         self.activity.output.add(record.id, request.cmd, result)
-        await self._touch(record)
+        await self.touch(record)
         return result
 
     # ------------------------------------------------------------------ files
@@ -211,7 +211,7 @@ class Acting:
             raise
         except Unavailable as e:
             raise await self.failures.dead(record, e) from e
-        await self._touch(record)
+        await self.touch(record)
         return conn
 
     @timed("ports")
@@ -247,12 +247,13 @@ class Acting:
             result = await getattr(self.records.agent(record), method)(*args, **kwargs)
         except Unavailable as e:
             raise await self.failures.dead(record, e) from e
-        await self._touch(record)
+        await self.touch(record)
         return result
 
-    async def _touch(self, record: SandboxRecord) -> None:
-        """Note activity (for the idle timeout) on the instance the call went to, if it still serves the sandbox."""
-        now = time.time()
+    async def touch(self, record: SandboxRecord, at: float | None = None) -> None:
+        """Note activity (for the idle timeout) on the instance the call went to, if it still serves the sandbox;
+        ``at``: when it happened (a direct lane's step, read a round late), else now."""
+        now = time.time() if at is None else at
         if now - self.activity.touched.get(record.id, 0.0) < TOUCH_EVERY_S:
             return
         self.activity.touched[record.id] = now

@@ -16,6 +16,7 @@ to the one part that owns it, and the calls that span parts are spelled out here
     task_snapshots  tasks' post-setup snapshots: taken once, removed unused      task_snapshots.py
     episodes        reset to a task, steps counted to the episode's end, reward  episodes.py
     step_batches    steps in many sandboxes in one call, all at once             step_batches.py
+    lanes           direct lanes: opened, their ledgers read, revoked            lanes.py
     activity        this process's recent actions, touch times, output tails     activity.py
     pools, instances, admission: warm pools, instances' bookkeeping, capacity    pools.py, instances.py,
                                                                                  sandbox.capacity
@@ -27,17 +28,19 @@ Who calls whom (an arrow: holds and calls):
         ▼
     SandboxService ─ step:      records.find, then episodes.advance in an episode,
         │                       else episodes.primitives and acting.act
-        │            reset:     recorder.end_recording, leases.reset, episodes.abandon
-        │                       (with a task: episodes.reset_to_task)
+        │            reset:     lanes.close_lanes, recorder.end_recording, leases.reset,
+        │                       episodes.abandon (with a task: lanes.close_lanes, episodes.reset_to_task)
+        │            delete:    lanes.close_lanes, leases.delete
         │            step_many: step_batches, which calls step back for each order
         │            start:     records.mark_epoch, provisioner.learn_host, provisioner.count_reservations
-        │            close:     leases.drain, pools.close, instances.drain, backend.close
+        │            close:     lanes.stop, leases.drain, pools.close, instances.drain, backend.close
         │            the rest:  the one part that owns the method (waiting, capacity: the admission)
         ▼
     episodes ──────▶ leases, acting, recorder, task_snapshots, failures, provisioner
     task_snapshots ▶ snapshots, pools, instances
     snapshots ─────▶ admission, pools, instances
     acting ────────▶ failures, activity
+    lanes ─────────▶ acting, failures, activity
     leases ────────▶ provisioner, admission, pools, instances, activity
     failures ──────▶ provisioner, instances
     provisioner ───▶ admission, pools, instances
@@ -70,6 +73,7 @@ from sandbox.models import (
     ExecResult,
     FileInfo,
     Health,
+    LaneInfo,
     Observation,
     SandboxInfo,
     SandboxSpec,
@@ -84,6 +88,7 @@ from sandbox.service.core import Records, timed
 from sandbox.service.episodes import Episodes
 from sandbox.service.failures import Failures
 from sandbox.service.instances import Instances
+from sandbox.service.lanes import Lanes
 from sandbox.service.leases import Leases
 from sandbox.service.output_tail import OutputTails
 from sandbox.service.pools import Pools
@@ -200,6 +205,15 @@ class SandboxService:
             logger=logger,
         )
         self.step_batches = StepBatches(step=self.step)
+        self.lanes = Lanes(
+            backend=backend,
+            records=self.records,
+            failures=self.failures,
+            acting=self.acting,
+            activity=self.activity,
+            metrics=self.metrics,
+            logger=logger,
+        )
 
     # ------------------------------------------------------------------ state the parts keep, as it was reached
 
@@ -260,6 +274,7 @@ class SandboxService:
     async def close(self) -> None:
         """Stop serving. Sandboxes live on in the store and the engine for the next start; instances this
         replica was starting for its pools are removed (none is left that nobody holds)."""
+        await self.lanes.stop()
         await self.leases.drain()
         await self.pools.close()
         await self.instances.drain()
@@ -306,13 +321,14 @@ class SandboxService:
         of an episode of it, and its first observation (``Episodes.reset_to_task``)."""
         if task is None:
             before = await self.records.find(principal, sandbox_id)
+            await self.lanes.close_lanes(before)
             await self.recorder.end_recording(before)
             info = await self.leases.reset(principal, sandbox_id, snapshot=snapshot)
             await self.episodes.abandon(before)
             return info
         if snapshot is not None:
             raise InvalidArgument("reset to a task or to a snapshot, not both")
-        return (await self.episodes.reset_to_task(principal, sandbox_id, task))[1]
+        return (await self.reset_to_task(principal, sandbox_id, task))[1]
 
     async def step_many(self, principal: Principal, orders: Sequence[StepOrder]) -> list[Observation | SandboxError]:
         return await self.step_batches.step_many(principal, orders)
@@ -334,7 +350,16 @@ class SandboxService:
         return await self.leases.list_sandboxes(principal)
 
     async def delete(self, principal: Principal, sandbox_id: str) -> None:
+        await self._close_lanes(principal, sandbox_id)
         await self.leases.delete(principal, sandbox_id)
+
+    async def open_lane(self, principal: Principal, sandbox_id: str) -> LaneInfo:
+        return await self.lanes.open_lane(principal, sandbox_id)
+
+    async def _close_lanes(self, principal: Principal, sandbox_id: str) -> None:
+        """Revoke the sandbox's lanes (their steps counted first), if this replica opened any."""
+        if self.lanes.has_lanes(sandbox_id):
+            await self.lanes.close_lanes(await self.records.find(principal, sandbox_id, allow_expired=True))
 
     async def renew(self, principal: Principal, sandbox_id: str, *, ttl_s: float | None = None) -> SandboxInfo:
         return await self.leases.renew(principal, sandbox_id, ttl_s=ttl_s)
@@ -440,6 +465,8 @@ class SandboxService:
     async def reset_to_task(
         self, principal: Principal, sandbox_id: str, task: Task, *, record_screen: bool = False
     ) -> tuple[SandboxInfo, Observation]:
+        """An episode's steps never take a lane: the sandbox's lanes are revoked before it starts."""
+        await self._close_lanes(principal, sandbox_id)
         return await self.episodes.reset_to_task(principal, sandbox_id, task, record_screen=record_screen)
 
     async def evaluate(self, principal: Principal, sandbox_id: str) -> float:

@@ -452,3 +452,11 @@ def port_url_to_proto(minted: PortUrl) -> pb.PortUrl:
 
 def port_url_from_proto(message: pb.PortUrl) -> PortUrl:
     return PortUrl.model_validate(to_dict(message))
+
+
+def lane_to_proto(lane: models.LaneInfo) -> pb.Lane:
+    return _from_model(pb.Lane(), lane)
+
+
+def lane_from_proto(message: pb.Lane) -> models.LaneInfo:
+    return models.LaneInfo.model_validate(to_dict(message))

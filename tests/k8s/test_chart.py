@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from sandbox import __version__
+from sandbox.backends.kubernetes.config import KubernetesConfig
 from tests.k8s import harness
 
 VALUES = [pytest.param((), id="default"), *(pytest.param((p,), id=p.name) for p in harness.EXAMPLES)]
@@ -284,6 +285,28 @@ def test_network_policies_off_removes_every_sandbox_policy() -> None:
     docs = harness.render_chart(sets=("sandboxes.networkPolicy.enabled=false",))
     validate_all(docs)
     assert [d["metadata"]["name"] for d in by_kind(docs, "NetworkPolicy")] == ["sandbox-redis"]
+
+
+def test_lane_clients_reach_the_agent_port_only(tmp_path: Path) -> None:
+    """sandboxes.networkPolicy.laneClients (docs/lanes.md) renders one more policy: those peers, to the agent's port
+    (the backend's) and no other; none by default; a peer with no selector is refused by the schema."""
+    assert "sandbox-lane-clients" not in {
+        d["metadata"]["name"] for d in by_kind(harness.render_chart(), "NetworkPolicy")
+    }
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "rollouts"}}}
+    values = tmp_path / "lanes.yaml"
+    values.write_text(json.dumps({"sandboxes": {"networkPolicy": {"laneClients": [peer]}}}))
+    docs = harness.render_chart(values=(values,))
+    validate_all(docs)
+    lanes = one(docs, "NetworkPolicy", "sandbox-lane-clients")
+    assert lanes["metadata"]["namespace"] == server_json(docs)["backend"]["namespace"]
+    (rule,) = lanes["spec"]["ingress"]
+    assert rule["from"] == [peer]
+    assert rule["ports"] == [{"protocol": "TCP", "port": KubernetesConfig().agent_port}]
+    empty = tmp_path / "empty-peer.yaml"
+    empty.write_text(json.dumps({"sandboxes": {"networkPolicy": {"laneClients": [{}]}}}))
+    with pytest.raises(harness.ToolError, match="minProperties"):
+        harness.render_chart(values=(empty,))
 
 
 def test_denied_cidrs_are_rendered_as_given() -> None:

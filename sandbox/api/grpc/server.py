@@ -361,6 +361,11 @@ class SandboxServicer:
     # ------------------------------------------------------------------ previews
 
     @_unary
+    async def OpenLane(self, principal: Principal, request: pb.OpenLaneRequest) -> pb.Lane:
+        """REST's ``POST /v1/sandboxes/{id}/lane``: a direct lane to the sandbox's agent (docs/lanes.md)."""
+        return convert.lane_to_proto(await self._service.open_lane(principal, request.sandbox_id))
+
+    @_unary
     async def PreviewUrl(self, principal: Principal, request: pb.PreviewUrlRequest) -> pb.PortUrl:
         """REST's ``POST /v1/sandboxes/{id}/urls``: the same checks, the same ticket, the public HTTP address."""
         wanted = convert.url_request_from_proto(request)

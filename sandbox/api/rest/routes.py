@@ -28,7 +28,16 @@ from sandbox.api.rest.context import Caller, Service
 from sandbox.api.rest.errors import GuardedRoute, step_error
 from sandbox.capacity.report import CapacityReport
 from sandbox.errors import InvalidArgument, SandboxError
-from sandbox.models import Exec, ExecResult, Health, Observation, SandboxInfo, SandboxSpec, SnapshotInfo
+from sandbox.models import (
+    Exec,
+    ExecResult,
+    Health,
+    LaneInfo,
+    Observation,
+    SandboxInfo,
+    SandboxSpec,
+    SnapshotInfo,
+)
 from sandbox.protocol import MAX_READ_BYTES
 from sandbox.service.step_batches import StepOrder
 from sandbox.service.trajectory_ops import RECORD_NEEDS_A_TASK
@@ -243,6 +252,12 @@ def router() -> APIRouter:
             media_type="application/zstd" if shot.format == "zstd" else f"image/{shot.format}",
             headers={"X-Screen-Width": str(shot.width), "X-Screen-Height": str(shot.height)},
         )
+
+    @router.post("/sandboxes/{sandbox_id}/lane", tags=["acting"])
+    async def open_lane(sandbox_id: SandboxId, caller: Caller, service: Service) -> LaneInfo:
+        """A direct lane (docs/lanes.md): where and with what ticket the SDK steps the sandbox through its agent.
+        409 while an episode runs, or where the backend offers no lane."""
+        return await service.open_lane(caller, sandbox_id)
 
     @router.post("/sandboxes/{sandbox_id}/exec", responses=WITH_BODY, tags=["acting"])
     async def exec_command(sandbox_id: SandboxId, request: Exec, caller: Caller, service: Service) -> ExecResult:

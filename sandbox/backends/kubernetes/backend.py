@@ -325,6 +325,13 @@ class KubernetesBackend(Backend):
             return AgentClient.tcp(known[0], self.config.agent_port, token=known[1], label=label)
         return AgentClient(label=label, transport=_PodTransport(self, instance_id))
 
+    async def lane_address(self, instance_id: str) -> str | None:
+        """The pod's agent on its TCP port: a lane's hello there presents its ticket, not the pod's token, and the
+        connection serves lane steps only. It reaches a client inside the cluster's pod network."""
+        ip, _ = await self.resolve(instance_id)
+        host = f"[{ip}]" if ":" in ip else ip
+        return f"tcp:{host}:{self.config.agent_port}"
+
     async def resolve(self, instance_id: str) -> tuple[str, str]:
         """The pod's IP and its agent's token, read from the API server (then kept)."""
         known = self._endpoints.get(instance_id)

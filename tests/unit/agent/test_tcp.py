@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import secrets
 import socket
@@ -337,3 +338,35 @@ def test_a_bad_listen_address_refuses_to_start(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("t0ken")
     done = run_agent(tmp_path, "--listen", "no-port", "--token-file", str(tmp_path / "token"))
     assert done.returncode != 0 and "--listen" in done.stderr
+
+
+async def test_a_lane_ticket_on_tcp_opens_lane_steps_and_nothing_else(start_agent: StartAgent) -> None:
+    """A pod's direct lane (docs/lanes.md) is its agent's TCP port: a granted ticket in the hello instead of the
+    token opens a connection that serves ``lane_step`` only; a ticket not granted is refused as a wrong token is."""
+    agent = await start_agent()
+    ticket = secrets.token_urlsafe(32)
+    grant = {"digest": hashlib.sha256(ticket.encode()).hexdigest(), "ttl_s": 60, "actions": ["exec"]}
+    await agent.client().request("lane_grant", grant)
+    reader, writer = await asyncio.open_connection(HOST, agent.port)
+    try:
+        writer.write(encode_frame({"op": "hello", "args": {"lane": ticket}, "deadline": 5}))
+        assert (await asyncio.wait_for(read_frame(reader), 5))[0]["ok"] is True
+        step = {"action": {"type": "exec", "cmd": "echo laned"}}
+        writer.write(encode_frame({"op": "lane_step", "args": step, "deadline": 10}))
+        header, blob = await asyncio.wait_for(read_frame(reader), 10)
+        assert header["ok"] is True and blob == b"laned\n"
+        for op in ("exec", "file_read", "lane_report", "tunnel"):
+            writer.write(encode_frame({"op": op, "args": {"cmd": "true", "path": "x", "port": 5900}, "deadline": 5}))
+            refused, _ = await asyncio.wait_for(read_frame(reader), 5)
+            assert refused["ok"] is False and "unknown op" in refused["error"]["message"], op
+    finally:
+        writer.close()
+    wrong_reader, wrong_writer = await asyncio.open_connection(HOST, agent.port)
+    try:
+        wrong_writer.write(encode_frame({"op": "hello", "args": {"lane": ticket + "x"}, "deadline": 5}))
+        refused, _ = await asyncio.wait_for(read_frame(wrong_reader), 5)
+        assert refused["error"]["code"] == "unauthenticated" and await hung_up(wrong_reader)
+    finally:
+        wrong_writer.close()
+    report, _ = await agent.client().request("lane_report", {"after": 0})
+    assert [s["action"]["cmd"] for s in report["steps"]] == ["echo laned"]

@@ -16,11 +16,13 @@ import pytest
 from sandbox.client import (
     AsyncClient,
     AsyncFiles,
+    AsyncLane,
     AsyncSandbox,
     AsyncStepStream,
     AsyncTrajectories,
     Client,
     Files,
+    Lane,
     Sandbox,
     StepStream,
     Trajectories,
@@ -32,10 +34,11 @@ PAIRS = [
     (Sandbox, AsyncSandbox),
     (Files, AsyncFiles),
     (StepStream, AsyncStepStream),
+    (Lane, AsyncLane),
     (Trajectories, AsyncTrajectories),
 ]
 # Methods that hand back an object rather than doing I/O: plain functions in both.
-NOT_COROUTINES = {"step_stream"}
+NOT_COROUTINES = {"step_stream", "lane"}
 SYNC_TWIN: dict[type, type] = {asynchronous: sync for sync, asynchronous in PAIRS}
 
 

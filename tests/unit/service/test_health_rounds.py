@@ -51,7 +51,7 @@ async def test_an_activity_update_does_not_undo_a_reset(service: SandboxService)
         read_before_the_reset = SandboxRecord.model_validate(doc)  # as a step in flight holds it
         await service.reset(ALICE, info.id)
         service.activity.touched.clear()  # the step's activity update is due
-        await service.acting._touch(read_before_the_reset)
+        await service.acting.touch(read_before_the_reset)
         after = await service.store.get(SANDBOXES, info.id)
         assert after is not None and after["instance"] != read_before_the_reset.instance, "the reset was undone"
         result = await service.exec(ALICE, info.id, Exec(cmd="echo alive"))
