@@ -1,5 +1,7 @@
-"""The CDP program (``scripts.CDP``), run here against a fake DevTools endpoint (HTTP ``/json/*`` and a page's
-websocket)."""
+"""The browser getters on a desktop: the service's runtime asks the Chromium a task started over its DevTools, from
+inside the sandbox (``scripts.CDP``), since a desktop's agent drives no browser; a browser sandbox keeps the agent.
+
+The CDP program itself runs here against a fake DevTools endpoint (HTTP ``/json/*`` and a page's websocket)."""
 
 from __future__ import annotations
 
@@ -8,17 +10,81 @@ import json
 import os
 import sys
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
+import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from sandbox.tasks import scripts
+from sandbox.backends.agent_client import AgentClient
+from sandbox.errors import InvalidArgument
+from sandbox.models import ExecResult, SandboxKind, SandboxSpec
+from sandbox.service.task_runtime import AgentRuntime
+from sandbox.tasks import Fixtures, scripts
+from sandbox.tasks.getters import get
+from sandbox.tasks.runtime import EvalContext
+from tests.unit.tasks.test_setup import ok
 
 TABS = [
     {"id": "P2", "url": "file:///home/sandbox/Desktop/site/news.html", "title": "Daily News"},
     {"id": "P1", "url": "about:blank", "title": ""},
 ]
+
+
+class FakeAgent:
+    """An agent whose exec runs ``scripts.CDP`` as a Chromium with TABS open would answer (ops list and evaluate);
+    its own browser ops answer for the browser sandbox's Chromium."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+        self.execs: list[list[str]] = []
+        self.calls: list[tuple[str, Any]] = []
+
+    async def exec(self, cmd: list[str], *, timeout: float = 60.0, **_: Any) -> ExecResult:
+        self.execs.append(cmd)
+        assert cmd[:3] == ["python3", "-c", scripts.CDP]
+        op, args = cmd[3], cmd[4:]
+        if op == "list":
+            return ok(json.dumps(TABS))
+        assert op == "evaluate" and float(args[1]) < timeout
+        if args[0] not in self.values:
+            return ok(stderr="Traceback...\nJavaScript error: ReferenceError: nope is not defined", code=1)
+        return ok(json.dumps(self.values[args[0]]))
+
+    async def evaluate(self, expression: str) -> Any:
+        self.calls.append(("evaluate", expression))
+        return "the agent's page"
+
+    async def browser_info(self) -> dict[str, Any]:
+        self.calls.append(("browser_info", None))
+        return {"url": "https://agent.test/", "title": "Agent"}
+
+
+def runtime(kind: SandboxKind, agent: FakeAgent) -> AgentRuntime:
+    return AgentRuntime(cast(AgentClient, agent), SandboxSpec(kind=kind))
+
+
+async def test_a_desktop_evaluates_and_reads_the_active_tab_over_devtools_in_the_sandbox() -> None:
+    html = "<html><head><title>Daily News</title></head></html>"
+    agent = FakeAgent(
+        {"document.title": "Daily News", "document.documentElement ? document.documentElement.outerHTML : ''": html}
+    )
+    ctx = EvalContext(runtime(SandboxKind.DESKTOP, agent), Fixtures())
+    assert await get(ctx, "browser_evaluate", {"expression": "document.title"}) == "Daily News"
+    assert await get(ctx, "active_tab_info", {}) == {"title": "Daily News", "url": TABS[0]["url"], "content": html}
+    assert await get(ctx, "active_url_from_accessTree", {}) == TABS[0]["url"]
+    assert agent.calls == []  # never the agent's browser ops, which a desktop's agent has not
+    assert [c[3] for c in agent.execs] == ["evaluate", "list", "evaluate", "list"]
+    with pytest.raises(InvalidArgument, match="JavaScript error: ReferenceError: nope is not defined"):
+        await get(ctx, "browser_evaluate", {"expression": "nope"})
+
+
+async def test_a_browser_sandbox_keeps_the_agents_browser() -> None:
+    agent = FakeAgent({})
+    ctx = EvalContext(runtime(SandboxKind.BROWSER, agent), Fixtures())
+    assert await get(ctx, "browser_evaluate", {"expression": "document.title"}) == "the agent's page"
+    assert (await get(ctx, "active_tab_info", {}))["url"] == "https://agent.test/"
+    assert agent.execs == []
 
 
 class FakeDevTools:
