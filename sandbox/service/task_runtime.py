@@ -2,7 +2,9 @@
 
 Task set-up and evaluators run on the control plane and reach into the sandbox through this: commands, files,
 the browser. Files outside the agent's roots (``/workspace``, ``/tmp``) — OSWorld tasks live in ``~/Desktop`` —
-go through a command run as the sandbox's user instead (``base64`` out, ``cat`` in), with the same result.
+go through a command run as the sandbox's user instead (``base64`` out, ``cat`` in), with the same result. The
+browser is the agent's own in a browser sandbox; elsewhere (a desktop) it is the Chromium a task's setup started, asked
+over its DevTools from inside the sandbox (``scripts.CDP``), since the agent there drives none.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sandbox.models import ExecResult, SandboxKind, SandboxSpec
 from sandbox.tasks.scripts import CDP
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
+EVALUATE_TIMEOUT_S = 30.0
 
 
 class AgentRuntime:
@@ -70,7 +73,11 @@ class AgentRuntime:
         return len(data)
 
     async def browser_info(self) -> dict[str, Any]:
-        return await self._agent.browser_info()
+        if self.kind is SandboxKind.BROWSER:
+            return await self._agent.browser_info()
+        # A desktop's agent drives no browser: the Chromium a task started, asked over its DevTools in the sandbox.
+        tabs = await self.browser_tabs()
+        return {"url": tabs[0]["url"], "title": tabs[0]["title"]} if tabs else {"url": "", "title": ""}
 
     async def browser_tabs(self) -> list[dict[str, Any]]:
         """The browser's page targets (id, url, title), most recently active first."""
@@ -84,4 +91,12 @@ class AgentRuntime:
         return await self._agent.navigate(url)
 
     async def evaluate_js(self, expression: str) -> Any:
-        return await self._agent.evaluate(expression)
+        if self.kind is SandboxKind.BROWSER:
+            return await self._agent.evaluate(expression)
+        # As browser_info: in the desktop's Chromium, in its most recently active page.
+        cmd = ["python3", "-c", CDP, "evaluate", expression, f"{EVALUATE_TIMEOUT_S:g}"]
+        result = await self._agent.exec(cmd, timeout=EVALUATE_TIMEOUT_S + 15)
+        if result.exit_code != 0:
+            reason = (result.stderr.strip().splitlines() or [f"exit code {result.exit_code}"])[-1]
+            raise InvalidArgument(f"cannot evaluate the expression in the sandbox's browser: {reason}")
+        return json.loads(result.stdout)

@@ -26,7 +26,7 @@ READY_JS = (
 
 CDP = (
     r"""
-import json, sys, time, urllib.parse, urllib.request
+import asyncio, json, sys, time, urllib.parse, urllib.request
 def call(port, path, method="GET"):
     req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), method=method)
     with urllib.request.urlopen(req, timeout=10) as r:
@@ -39,29 +39,59 @@ def answering():
         except Exception:
             pass
     return None
-def loaded(port, target, seconds):
-    # Chromium's HTTP endpoints say nothing of a page's load: ask the page over its websocket until its document,
-    # no longer the new tab's blank one, has loaded (an evaluation the navigation cut short is asked again).
-    import asyncio, websockets
-    async def wait():
+def on_page(port, target, seconds, talk, late):
+    # talk(ask) over the page's DevTools websocket, ask(expression) being Runtime.evaluate's reply (promises awaited,
+    # the value returned as JSON); exits with `late` when talk has not returned within `seconds`.
+    import websockets
+    async def run():
         url = "ws://127.0.0.1:%d/devtools/page/%s" % (port, target)
         async with websockets.connect(url, max_size=None, ping_interval=None) as ws:
-            for n in range(1, 1 << 30):
-                params = {"expression": READY_JS, "awaitPromise": True, "returnByValue": True}
+            ids = iter(range(1, 1 << 30))
+            async def ask(expression):
+                n = next(ids)
+                params = {"expression": expression, "awaitPromise": True, "returnByValue": True}
                 await ws.send(json.dumps({"id": n, "method": "Runtime.evaluate", "params": params}))
                 reply = {}
                 while reply.get("id") != n:
                     reply = json.loads(await ws.recv())
-                href = ((reply.get("result") or {}).get("result") or {}).get("value")
-                if isinstance(href, str) and href not in BLANK_PAGES:
-                    return href
-                await asyncio.sleep(0.05)
+                return reply
+            return await talk(ask)
     try:
-        return asyncio.run(asyncio.wait_for(wait(), seconds))
+        return asyncio.run(asyncio.wait_for(run(), seconds))
     except asyncio.TimeoutError:
-        sys.exit("still loading after %g s" % seconds)
+        sys.exit(late)
     except Exception as e:
-        sys.exit("cannot ask the page whether it loaded: %r" % (e,))
+        sys.exit("cannot reach the page over DevTools: %r" % (e,))
+def loaded(port, target, seconds):
+    # Chromium's HTTP endpoints say nothing of a page's load: ask the page over its websocket until its document,
+    # no longer the new tab's blank one, has loaded (an evaluation the navigation cut short is asked again).
+    async def until_loaded(ask):
+        while True:
+            reply = await ask(READY_JS)
+            href = ((reply.get("result") or {}).get("result") or {}).get("value")
+            if isinstance(href, str) and href not in BLANK_PAGES:
+                return href
+            await asyncio.sleep(0.05)
+    return on_page(port, target, seconds, until_loaded, "still loading after %g s" % seconds)
+def evaluate(port, expression, seconds):
+    # In the most recently active page (the first /json/list names); its JSON value, as the browser agent's.
+    pages = [t for t in json.loads(call(port, "/json/list")) if t.get("type") == "page"]
+    if not pages:
+        sys.exit("the browser has no page open")
+    async def once(ask):
+        return await ask(expression)
+    reply = on_page(port, pages[0]["id"], seconds, once, "no value after %g s" % seconds)
+    if "error" in reply:
+        sys.exit("cannot evaluate the expression: %s" % (reply["error"].get("message") or reply["error"],))
+    result = reply.get("result") or {}
+    details = result.get("exceptionDetails")
+    if details is not None:  # an Error's description is its message, then its stack: the message alone, one line
+        thrown = details.get("exception") or {}
+        text = str(thrown.get("description") or thrown.get("value") or details.get("text") or "unknown error")
+        sys.exit("JavaScript error: " + (text.splitlines() or ["?"])[0])
+    remote = result.get("result") or {}
+    # NaN, Infinity, -0 and bigints have no JSON form; Chromium sends them as strings.
+    return remote.get("value", remote.get("unserializableValue"))
 op, args = sys.argv[1], sys.argv[2:]
 port = answering()
 if op == "ready":  # a Chromium an earlier step started: wait up to args[0] seconds for its DevTools to answer
@@ -82,6 +112,8 @@ elif op == "close":
     out = [call(port, "/json/close/" + i) for i in args]
 elif op == "loaded":  # args: a page's target id, seconds
     out = loaded(port, args[0], float(args[1]))
+elif op == "evaluate":  # args: a JavaScript expression, seconds
+    out = evaluate(port, args[0], float(args[1]))
 else:
     sys.exit("unknown op " + op)
 print(json.dumps(out))

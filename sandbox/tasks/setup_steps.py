@@ -238,8 +238,8 @@ async def _chrome_open_tabs(ctx: StepContext, p: dict[str, Any]) -> None:
     before = scripts.output(await ctx.runtime.exec(scripts.argv(scripts.CDP, "list"), timeout=30), "cannot list tabs")
     opened = await ctx.runtime.exec(scripts.argv(scripts.CDP, "new", *urls), timeout=60)
     ids = scripts.output(opened, f"cannot open tabs for {urls}")
-    # In the sandbox, over the page's own DevTools websocket: a desktop's agent drives no browser (a task's Chromium
-    # there is the user's), so the runtime's evaluate_js reaches none.
+    # In the sandbox, over that tab's own DevTools websocket: a desktop's agent drives no browser (a task's Chromium
+    # there is the user's), and the runtime's evaluate_js asks whichever page is active, not this tab by its id.
     loaded = await ctx.runtime.exec(
         scripts.argv(scripts.CDP, "loaded", str(ids[-1]), f"{LOAD_TIMEOUT_S:g}"), timeout=LOAD_TIMEOUT_S + 15
     )

@@ -197,6 +197,41 @@ async def test_chrome_profile_getters_read_the_browsers_profile(make_sandbox: Sa
     assert await get(ctx, "chrome_language", {}) == "en-US"
 
 
+async def test_browser_getters_evaluate_in_the_chrome_a_desktop_task_launched(make_sandbox: SandboxFactory) -> None:
+    """On a desktop the agent drives no browser: browser_evaluate and active_tab_info ask the Chrome that the task's
+    setup launched (DevTools on OSWorld's 1337), over its DevTools from inside the sandbox."""
+    from sandbox.tasks.getters import get
+    from sandbox.tasks.runtime import EvalContext
+
+    sb = await make_sandbox("desktop")
+    runtime = AgentRuntime(sb.agent, sb.spec)
+    page = b"<title>Quarterly Report</title><script>window.report = {total: 42, rows: ['a', 'b']};</script>"
+    await runtime.write_file("/home/sandbox/Desktop/report.html", page)
+    chrome, url = ["google-chrome", "--remote-debugging-port=1337"], "file:///home/user/Desktop/report.html"
+    task = Task.from_dict(
+        {
+            "id": "desktop-evaluate",
+            "instruction": "-",
+            "sandbox": {"kind": "desktop"},
+            "config": [
+                {"type": "launch", "parameters": {"command": chrome}},
+                {"type": "chrome_open_tabs", "parameters": {"urls_to_open": [url]}},  # /home/sandbox links there
+            ],
+            "evaluator": {"func": "infeasible"},
+        }
+    )
+    await run_setup(task, runtime, Fixtures())
+    ctx = EvalContext(runtime, Fixtures())
+    assert await get(ctx, "browser_evaluate", {"expression": "document.title"}) == "Quarterly Report"
+    later = "new Promise(done => setTimeout(() => done(window.report), 50))"  # a promise: its value, as JSON
+    assert await get(ctx, "browser_evaluate", {"expression": later}) == {"total": 42, "rows": ["a", "b"]}
+    info = await get(ctx, "active_tab_info", {})
+    assert info["url"] == url and info["title"] == "Quarterly Report"
+    assert "window.report = {total: 42" in info["content"]
+    with pytest.raises(InvalidArgument, match="JavaScript error: Error: no report today"):
+        await get(ctx, "browser_evaluate", {"expression": "(() => { throw new Error('no report today'); })()"})
+
+
 def test_print_timings() -> None:
     """Not a check: the phases of each episode above (run with -s to see them)."""
     for name, phases in sorted(TIMINGS.items()):

@@ -64,7 +64,7 @@ def panel_drawn(d: display.Display, *, managed: bool = False) -> bool:
     """A mapped top-level window of the panel's class (in its window manager's frame or not) shows more than one
     colour; with ``managed``, only once the window manager has taken it in (it set the window's ``WM_STATE``, as
     ICCCM asks of it), which makes the panel draw itself again."""
-    wm_state = d.intern_atom("WM_STATE")
+    wm_state = d.get_atom("WM_STATE")  # cached by python-xlib: polled every 20 ms, asked of the X server once
     for window in _top_levels(d):
         try:
             wm_class = window.get_wm_class()
