@@ -101,6 +101,10 @@ def parse_address(address: str) -> tuple[str, str, int]:
     raise Unavailable(f"the control plane gave a lane address this SDK cannot use: {address!r}")
 
 
+def hello_frame(ticket: str) -> bytes:
+    return encode_frame({"op": HELLO_OP, "args": {"lane": ticket}, "deadline": CONNECT_TIMEOUT_S})
+
+
 def request_frame(action: Action | None, screenshot: dict[str, Any] | None) -> tuple[bytes, float]:
     """The ``lane_step`` frame of ``action`` (and a screenshot after it), and how long to wait for its answer."""
     args: dict[str, Any] = {}
@@ -285,19 +289,20 @@ class Lane:
         info = self._policy.info
         assert info is not None
         scheme, host, port = parse_address(info.address)
+        if scheme == "unix":
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        else:
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            if scheme == "unix":
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(CONNECT_TIMEOUT_S)
-                sock.connect(host)
-            else:
-                sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(encode_frame({"op": HELLO_OP, "args": {"lane": info.ticket}, "deadline": CONNECT_TIMEOUT_S}))
+            sock.settimeout(CONNECT_TIMEOUT_S)
+            sock.connect(host if scheme == "unix" else (host, port))
+            sock.sendall(hello_frame(info.ticket))
             head_len, blob_len = _PREFIX.unpack(_read_exactly(sock, _PREFIX.size))
             answer = _header(_read_exactly(sock, head_len))
             _read_exactly(sock, blob_len)
-        except OSError as e:
+        except (OSError, Unavailable) as e:
+            sock.close()
             raise _Stale(f"cannot reach the lane at {info.address}: {e}") from e
         if not answer.get("ok"):
             sock.close()
@@ -413,11 +418,17 @@ class AsyncLane:
                     reader, writer = await asyncio.open_unix_connection(host, limit=1 << 20)
                 else:
                     reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
-                hello = {"op": HELLO_OP, "args": {"lane": info.ticket}, "deadline": CONNECT_TIMEOUT_S}
-                writer.write(encode_frame(hello))
+        except (OSError, TimeoutError) as e:
+            raise _Stale(f"cannot reach the lane at {info.address}: {e!r}") from e
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                writer.write(
+                    encode_frame({"op": HELLO_OP, "args": {"lane": info.ticket}, "deadline": CONNECT_TIMEOUT_S})
+                )
                 answer, _ = await read_frame(reader)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as e:
-            raise _Stale(f"cannot reach the lane at {info.address}: {e!r}") from e
+            writer.close()
+            raise _Stale(f"the lane at {info.address} hung up on its hello: {e!r}") from e
         if not answer.get("ok"):
             writer.close()
             raise _Stale(str((answer.get("error") or {}).get("message", "the lane refused its ticket")))

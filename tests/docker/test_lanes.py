@@ -6,7 +6,6 @@ control plane and are counted there; a wrong ticket opens nothing."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,8 +97,8 @@ def test_a_terminals_commands_over_the_lane_and_what_the_control_plane_sees(serv
 
 def test_a_desktops_actions_and_screenshots_over_the_lane(sdk: Client) -> None:
     with sdk.create("desktop") as sb, sb.lane() as lane:
-        assert lane.info is not None and {"click", "key", "type_text", "exec"} <= set(lane.info.actions)
         moved = lane.step({"type": "move", "x": 100, "y": 120}, screenshot=True)
+        assert lane.info is not None and {"click", "key", "type_text", "exec"} <= set(lane.info.actions)
         assert moved.cursor == (100, 120)
         assert moved.screenshot is not None and moved.screenshot.format == "png"
         assert moved.screenshot.image().size == (sb.info.spec.screen.width, sb.info.spec.screen.height)
@@ -125,10 +124,9 @@ def test_a_reset_moves_the_lane_to_the_new_container(sdk: Client) -> None:
 
 
 def test_an_episodes_steps_go_through_the_control_plane(sdk: Client) -> None:
-    task = json.loads(TASK.read_text())
     with sdk.create("terminal") as sb, sb.lane() as lane:
         lane.step({"type": "exec", "cmd": "true"})
-        sb.reset(task=task)
+        sb.reset(task=TASK)  # a task file: its fixtures go with it
         obs = lane.step({"type": "exec", "cmd": "sort /workspace/names.txt > /workspace/sorted.txt"})
         assert lane.info is None and obs.info["steps"] == 1  # refused a lane; counted by the episode
         assert sb.evaluate() == 1.0
