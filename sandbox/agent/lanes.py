@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -27,9 +28,12 @@ Handler = Callable[[dict[str, Any], bytes], Any]
 
 LEDGER_STEPS = 4096
 """Steps the ledger holds between two reports; older ones are counted (``dropped``) but not kept."""
-OUTPUT_CHARS = 4096
+LEDGER_BYTES = 1 << 20
+"""About the most the ledger's steps take (their actions and output): a sandbox's memory is not the ledger's."""
+OUTPUT_CHARS = 2048
 """The most of each stream of a command's output the ledger keeps (the control plane keeps a tail, not all)."""
 MAX_GRANTS = 64
+"""Grants held at once; a new one past this replaces the one closest to expiring."""
 MAX_TTL_S = 24 * 3600.0
 EXEC_FIELDS = ("cmd", "timeout", "cwd", "env", "session", "keep_background")
 """The fields of an ``exec`` action the agent's ``exec`` op takes."""
@@ -52,7 +56,9 @@ class Lanes:
         """``ops``: the agent's op table (a lane step calls its ``exec``, ``action`` and ``screenshot``)."""
         self._ops = ops
         self._grants: dict[bytes, Grant] = {}
-        self._ledger: deque[dict[str, Any]] = deque(maxlen=LEDGER_STEPS)
+        self._ledger: deque[tuple[dict[str, Any], int]] = deque()
+        """Each step and about how many bytes it holds."""
+        self._ledger_bytes = 0
         self._seq = 0
         self._connections: set[asyncio.StreamWriter] = set()
 
@@ -74,8 +80,8 @@ class Lanes:
             raise bad_request("digest must be a SHA-256")
         now = time.monotonic()
         self._grants = {k: g for k, g in self._grants.items() if g.expires_at > now}
-        if len(self._grants) >= MAX_GRANTS:
-            raise AgentError(ErrorCode.TOO_LARGE, f"{MAX_GRANTS} lanes are open already")
+        while len(self._grants) >= MAX_GRANTS:  # its lane's next step is refused, and opens a lane again
+            del self._grants[min(self._grants, key=lambda k: self._grants[k].expires_at)]
         self._grants[key] = Grant(now + float(ttl), frozenset(actions))
         return {"lanes": len(self._grants)}, b""
 
@@ -108,7 +114,7 @@ class Lanes:
         after = args.get("after", 0)
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise bad_request("after must be a step's sequence number")
-        entries = [e for e in self._ledger if e["seq"] > after]
+        entries = [e for e, _ in self._ledger if e["seq"] > after]
         first = entries[0]["seq"] if entries else self._seq + 1
         return {"seq": self._seq, "dropped": max(0, first - after - 1), "steps": entries}, b""
 
@@ -184,7 +190,14 @@ class Lanes:
     def _note(self, entry: dict[str, Any]) -> None:
         self._seq += 1
         entry["seq"] = self._seq
-        self._ledger.append(entry)
+        size = len(json.dumps(entry["action"])) if entry["action"] is not None else 0
+        ran = entry.get("exec")
+        if ran is not None:
+            size += len(ran["stdout"]) + len(ran["stderr"])
+        self._ledger.append((entry, size))
+        self._ledger_bytes += size
+        while len(self._ledger) > LEDGER_STEPS or (self._ledger_bytes > LEDGER_BYTES and len(self._ledger) > 1):
+            self._ledger_bytes -= self._ledger.popleft()[1]
 
 
 def _summary(ran: dict[str, Any], data: bytes, split: int) -> dict[str, Any]:

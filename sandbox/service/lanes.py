@@ -19,7 +19,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.backends.base import Backend
@@ -38,7 +38,9 @@ from sandbox.tasks.actions import parse_action
 LANE_TTL_S = 600.0
 """How long a lane's ticket holds; the SDK opens a new lane when it expires."""
 COLLECT_EVERY_S = 1.0
-"""How often the ledgers of open lanes are read (what metrics and the idle clock lag by)."""
+"""How often the ledgers of busy lanes are read (what metrics and the idle clock lag by)."""
+IDLE_EVERY_S = 5.0
+"""How often a lane whose last read found no step is read: a lane held but not used costs little."""
 LEDGER_DEADLINE_S = 5.0
 
 
@@ -60,6 +62,10 @@ class _Open:
     kind: SandboxKind
     seen: int = 0
     """The ledger's last step merged."""
+    next_read: float = 0.0
+    """time.monotonic() from which the collector reads the ledger again."""
+    reading: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One read at a time (the collector's and a reset's last one must not merge the same steps twice)."""
 
 
 class Lanes:
@@ -109,6 +115,8 @@ class Lanes:
         opened = self._open.get(record.id)
         if opened is None or opened.instance != record.instance:
             self._open[record.id] = _Open(record.instance, record.spec.kind)
+        else:
+            opened.next_read = 0.0  # a lane about to be used: read it every second again
         if self._collector is None or self._collector.done():
             self._collector = asyncio.create_task(self._collect_while_open(), name="lane-ledgers")
         return LaneInfo(
@@ -130,9 +138,12 @@ class Lanes:
         with contextlib.suppress(SandboxError):  # an agent gone takes its lanes with it
             await agent.request("lane_revoke", deadline=LEDGER_DEADLINE_S)
 
-    async def collect(self) -> None:
-        """Read every open lane's ledger once (the collector does it every ``COLLECT_EVERY_S``)."""
-        await asyncio.gather(*(self._collect(sandbox_id, opened) for sandbox_id, opened in list(self._open.items())))
+    async def collect(self, *, every: bool = True) -> None:
+        """Read every open lane's ledger once; ``every=False``: only those due (the collector, every
+        ``COLLECT_EVERY_S``: a lane whose last read found nothing is due ``IDLE_EVERY_S`` later)."""
+        now = time.monotonic()
+        due = [(i, opened) for i, opened in list(self._open.items()) if every or opened.next_read <= now]
+        await asyncio.gather(*(self._collect(sandbox_id, opened) for sandbox_id, opened in due))
 
     async def stop(self) -> None:
         """Stop reading ledgers (the service is closing); lanes stay granted until they expire."""
@@ -146,7 +157,7 @@ class Lanes:
         while self._open:
             await asyncio.sleep(COLLECT_EVERY_S)
             try:
-                await self.collect()
+                await self.collect(every=False)
             except Exception:  # a bug here must not end the collection of every other lane
                 self._log.exception("reading the lanes' ledgers failed")
 
@@ -162,6 +173,10 @@ class Lanes:
             self._log.debug("cannot read the lane ledger of %s: %s", sandbox_id, e)
 
     async def _read_ledger(self, record: SandboxRecord, opened: _Open) -> None:
+        async with opened.reading:
+            await self._read_ledger_once(record, opened)
+
+    async def _read_ledger_once(self, record: SandboxRecord, opened: _Open) -> None:
         agent = self.backend.agent(opened.instance)
         report, _ = await agent.request("lane_report", {"after": opened.seen}, deadline=LEDGER_DEADLINE_S)
         seq = int(report.get("seq", 0))
@@ -171,6 +186,7 @@ class Lanes:
         if dropped := int(report.get("dropped", 0)):
             self.metrics.lane_steps_lost.labels(opened.kind.value).inc(dropped)
         steps: list[dict[str, Any]] = report.get("steps") or []
+        opened.next_read = time.monotonic() + (COLLECT_EVERY_S if steps else IDLE_EVERY_S) - 0.05
         last_at = self._merge(record.id, opened.kind, steps)
         opened.seen = max(opened.seen, seq)
         if last_at is not None:

@@ -134,9 +134,27 @@ async def test_the_ledger_says_every_step_in_order_failed_ones_too(lanes: Lanes)
 
 
 async def test_the_ledger_counts_what_it_no_longer_holds(lanes: Lanes, monkeypatch: Any) -> None:
-    monkeypatch.setattr(lanes, "_ledger", lanes_module.deque(maxlen=2))
+    monkeypatch.setattr(lanes_module, "LEDGER_STEPS", 2)
     step = lanes.stepper(TICKET)
     for _ in range(5):
         await step({"action": {"type": "exec", "cmd": "true"}}, b"")
     report, _ = await lanes.report({"after": 1}, b"")
     assert [s["seq"] for s in report["steps"]] == [4, 5] and report["dropped"] == 2
+
+
+async def test_the_ledger_keeps_to_its_byte_budget(lanes: Lanes, monkeypatch: Any) -> None:
+    """Large actions (a long text typed) push the oldest steps out, counted as dropped, never the newest."""
+    monkeypatch.setattr(lanes_module, "LEDGER_BYTES", 10_000)
+    step = lanes.stepper(TICKET)
+    for _ in range(10):
+        await step({"action": {"type": "exec", "cmd": "x" * 3000}}, b"")
+    report, _ = await lanes.report({"after": 0}, b"")
+    assert [s["seq"] for s in report["steps"]] == [8, 9, 10] and report["dropped"] == 7
+
+
+async def test_a_grant_past_the_limit_replaces_the_one_closest_to_expiring(ops: Ops, monkeypatch: Any) -> None:
+    monkeypatch.setattr(lanes_module, "MAX_GRANTS", 2)
+    lanes = Lanes(ops.table())
+    for ticket, ttl in (("first", 10), ("second", 60), ("third", 30)):
+        await lanes.grant({"digest": digest(ticket), "ttl_s": ttl, "actions": ["exec"]}, b"")
+    assert [lanes.admits(t) for t in ("first", "second", "third")] == [False, True, True]

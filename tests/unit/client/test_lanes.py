@@ -164,3 +164,19 @@ async def test_a_lane_it_cannot_reach_leaves_the_steps_to_the_control_plane(
         assert lane.info is None  # not asked again for REOPEN_AFTER_S
     recent = await service.recent_actions(alpha_principal(service), sandbox.id)
     assert recent[-1]["action"]["cmd"] == "echo through-the-api"  # the control plane's own step, seen at once
+
+
+async def test_a_ledger_read_twice_at_once_counts_each_step_once(
+    sandbox: AsyncSandbox, service: SandboxService
+) -> None:
+    """The collector and a reset's last read may ask at the same moment: each step is merged once."""
+    before = lane_steps(service)
+    async with sandbox.lane() as lane:
+        await lane.step({"type": "exec", "cmd": "echo once"})
+    record = await service.records.read(sandbox.id)
+    assert record is not None
+    await asyncio.gather(service.lanes.collect(), service.lanes.close_lanes(record), service.lanes.collect())
+    assert lane_steps(service) == before + 1
+    recent = await service.recent_actions(alpha_principal(service), sandbox.id)
+    assert [a["action"]["cmd"] for a in recent].count("echo once") == 1
+    assert not service.lanes.has_lanes(sandbox.id)
