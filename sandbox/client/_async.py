@@ -18,6 +18,7 @@ import grpc
 
 from sandbox.capacity.report import CapacityReport, WaitingCall
 from sandbox.client import _episodes, _ops
+from sandbox.client._creates import CreateCoalescer
 from sandbox.client._episodes import TaskLike
 from sandbox.client._errors import deadline_exceeded, rpc_error, translate
 from sandbox.client._lane import AsyncLane
@@ -56,6 +57,11 @@ class AsyncClient:
         ``media``, ``delete``."""
         self._channel: grpc.aio.Channel | None = None
         self._stub_instance: Any = None
+        self._creates = CreateCoalescer(
+            each=lambda count, spec: self._run(_ops.create_each(count, spec)),
+            one=lambda spec: self._run(_ops.create_spec(spec)),
+            delete=lambda sandbox_id: self._run(_ops.delete(sandbox_id, missing_ok=True)),
+        )
 
     def _stub(self) -> Any:
         if self._stub_instance is None:
@@ -78,8 +84,13 @@ class AsyncClient:
         """A new sandbox; ``spec`` takes the fields of ``models.SandboxSpec`` (image, resources, screen, ...,
         ``snapshot`` to start from one, the lease (``ttl_s``, ``idle_timeout_s``: None is never), ``auto_recover``).
         When the host or the tenant's quota has no room, ``ResourceExhausted`` says why at once, or, with ``wait_s``,
-        the call queues that long for capacity first (docs/capacity.md)."""
-        return AsyncSandbox(self, await self._run(_ops.create(kind, spec, wait_s=wait_s)))
+        the call queues that long for capacity first (docs/capacity.md).
+
+        Creates of one spec this client starts in the same turn of the event loop (``asyncio.gather`` of many) with
+        no ``wait_s`` go to the server in one call, each still made and answered on its own (``_creates.py``)."""
+        if wait_s:
+            return AsyncSandbox(self, await self._run(_ops.create(kind, spec, wait_s=wait_s)))
+        return AsyncSandbox(self, await self._creates.create(_ops.full_spec(kind, spec)))
 
     async def create_group(
         self, count: int, kind: str, *, wait_s: float = 0.0, **spec: Any
@@ -130,6 +141,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Close the connection; sandboxes keep running."""
+        await self._creates.close()
         channel, self._channel, self._stub_instance = self._channel, None, None
         if channel is not None:
             await channel.close()

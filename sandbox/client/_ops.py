@@ -132,8 +132,34 @@ async def drive_async(op: Op[T], perform: Callable[[Call], Awaitable[Any]]) -> T
 # --------------------------------------------------------------------------- sandboxes
 
 
+def full_spec(kind: str, spec: Mapping[str, Any]) -> models.SandboxSpec:
+    """The spec a create asks for, validated here (a bad field fails before any I/O, naming it)."""
+    return convert.validate(models.SandboxSpec, {**spec, "kind": kind}, what="spec")
+
+
+def create_each(count: int, spec: models.SandboxSpec) -> Op[list[models.SandboxInfo | SandboxError]]:
+    """``count`` sandboxes of ``spec``, each admitted and made on its own (``CreateSandboxes`` with ``each``): each
+    one's sandbox or error, in order."""
+    request = pb.CreateSandboxesRequest(spec=convert.spec_to_proto(spec), count=count, each=True)
+    reply = yield Call("CreateSandboxes", request, min_timeout=CREATE_TIMEOUT_S)
+    if not reply.outcomes and len(reply.sandboxes) == count:  # a server from before `each`: made as a group
+        return [convert.info_from_proto(info) for info in reply.sandboxes]
+    if len(reply.outcomes) != count:
+        raise InternalError(f"the server answered {len(reply.outcomes)} creates of {count}")
+    return [_made(outcome) for outcome in reply.outcomes]
+
+
+def _made(outcome: pb.CreateOutcome) -> models.SandboxInfo | SandboxError:
+    if outcome.WhichOneof("result") == "error":
+        return from_grpc(grpc_status_of_number(outcome.error.code), outcome.error.message)
+    return convert.info_from_proto(outcome.sandbox)
+
+
 def create(kind: str, spec: Mapping[str, Any], *, wait_s: float = 0.0) -> Op[models.SandboxInfo]:
-    full = convert.validate(models.SandboxSpec, {**spec, "kind": kind}, what="spec")
+    return create_spec(full_spec(kind, spec), wait_s=wait_s)
+
+
+def create_spec(full: models.SandboxSpec, *, wait_s: float = 0.0) -> Op[models.SandboxInfo]:
     request = pb.CreateSandboxRequest(spec=convert.spec_to_proto(full), wait_s=_wait(wait_s))
     reply = yield Call("CreateSandbox", request, min_timeout=wait_s + CREATE_TIMEOUT_S)
     return convert.info_from_proto(reply)

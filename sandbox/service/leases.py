@@ -105,6 +105,22 @@ class Leases:
         finally:
             grant.close()
 
+    async def create_each(
+        self, principal: Principal, spec: SandboxSpec, count: int, *, wait_s: float = 0.0
+    ) -> list[SandboxInfo | SandboxError]:
+        """``count`` sandboxes of one spec, each admitted and made on its own as ``count`` calls of ``create`` would
+        be (not all or none): each one's sandbox or error, in order. ``wait_s`` must be 0: one call's answer waits
+        for its slowest, so a create that queues for capacity is a call of its own."""
+        if not 1 <= count <= GROUP_MAX:
+            raise InvalidArgument(f"count must be 1 to {GROUP_MAX}, not {count}")
+        if wait_s:
+            raise InvalidArgument("creates made each on its own queue for capacity one call each: wait_s must be 0")
+        made = await asyncio.gather(*(self.create(principal, spec) for _ in range(count)), return_exceptions=True)
+        for outcome in made:
+            if not isinstance(outcome, SandboxInfo | SandboxError):
+                raise outcome
+        return [outcome for outcome in made if isinstance(outcome, SandboxInfo | SandboxError)]
+
     async def _create_all(
         self, principal: Principal, spec: SandboxSpec, image: str, grant: Grant, count: int
     ) -> list[SandboxInfo]:

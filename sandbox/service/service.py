@@ -343,6 +343,11 @@ class SandboxService:
     ) -> list[SandboxInfo]:
         return await self.leases.create_group(principal, spec, count, wait_s=wait_s)
 
+    async def create_each(
+        self, principal: Principal, spec: SandboxSpec, count: int, *, wait_s: float = 0.0
+    ) -> list[SandboxInfo | SandboxError]:
+        return await self.leases.create_each(principal, spec, count, wait_s=wait_s)
+
     async def get(self, principal: Principal, sandbox_id: str) -> SandboxInfo:
         return await self.leases.get(principal, sandbox_id)
 

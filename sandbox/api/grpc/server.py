@@ -26,6 +26,7 @@ from sandbox.api.grpc.decoding import DecodeWarnings, Undecodable, add_tolerant_
 from sandbox.api.grpc.probes import add_probes, follow_readiness
 from sandbox.api.grpc.step_streams import StepStreams
 from sandbox.errors import InternalError, InvalidArgument, SandboxError, Unauthenticated
+from sandbox.models import SandboxInfo
 from sandbox.service import Principal, SandboxService, TokenRegistry
 from sandbox.service.preview import PreviewLinks, port_url
 from sandbox.service.trajectory_ops import RECORD_NEEDS_A_TASK
@@ -139,8 +140,17 @@ class SandboxServicer:
         self, principal: Principal, request: pb.CreateSandboxesRequest
     ) -> pb.CreateSandboxesResponse:
         spec = convert.spec_from_proto(request.spec)
+        if request.each:
+            made = await self._service.create_each(principal, spec, request.count, wait_s=request.wait_s)
+            return pb.CreateSandboxesResponse(outcomes=[self._create_outcome(m) for m in made])
         infos = await self._service.create_group(principal, spec, request.count, wait_s=request.wait_s)
         return pb.CreateSandboxesResponse(sandboxes=[convert.info_to_proto(i) for i in infos])
+
+    def _create_outcome(self, made: SandboxInfo | SandboxError) -> pb.CreateOutcome:
+        if isinstance(made, SandboxError):
+            code, message = self._status(made, "CreateSandboxes")
+            return pb.CreateOutcome(error=pb.StepError(code=code.value[0], message=message))
+        return pb.CreateOutcome(sandbox=convert.info_to_proto(made))
 
     @_unary
     async def GetSandbox(self, principal: Principal, request: pb.GetSandboxRequest) -> pb.SandboxInfo:
