@@ -101,13 +101,18 @@ async def read_frame(
         raise FrameError(f"payload of {blob_len} bytes exceeds the limit of {max_blob}", recoverable=True)
     head = await reader.readexactly(head_len)
     blob = await reader.readexactly(blob_len) if blob_len else b""
+    return decode_header(head), blob
+
+
+def decode_header(head: bytes) -> dict[str, Any]:
+    """A frame's header from its bytes; raises :class:`FrameError`."""
     try:
         header = json.loads(head)
     except ValueError as e:
         raise FrameError(f"header is not JSON: {e}") from e
     if not isinstance(header, dict):
         raise FrameError("header must be a JSON object")
-    return header, blob
+    return header
 
 
 async def _discard(reader: asyncio.StreamReader, count: int) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import select
 import socket
 import struct
@@ -33,7 +32,7 @@ from typing import Any, Protocol
 from sandbox import models
 from sandbox.errors import DeadlineExceeded, FailedPrecondition, SandboxError, Unavailable
 from sandbox.models import Action, ExecResult, Health, LaneInfo, Observation, SandboxInfo, SandboxKind, Screenshot
-from sandbox.protocol import HELLO_OP, LANE_STEP_OP, ErrorCode, FrameError, encode_frame, read_frame
+from sandbox.protocol import HELLO_OP, LANE_STEP_OP, ErrorCode, FrameError, decode_header, encode_frame, read_frame
 from sandbox.wire import convert
 from sandbox.wire.limits import agent_deadline
 from sandbox.wire.status import from_agent
@@ -269,17 +268,17 @@ class Lane:
             sock.settimeout(deadline)
             sock.sendall(frame)
             head_len, blob_len = _PREFIX.unpack(_read_exactly(sock, _PREFIX.size))
-            head = _read_exactly(sock, head_len)
+            header = decode_header(_read_exactly(sock, head_len))
             blob = _read_exactly(sock, blob_len) if blob_len else b""
         except TimeoutError as e:
             self._drop()
             raise _no_answer(self._sandbox.id, deadline) from e
-        except OSError as e:
+        except (OSError, FrameError) as e:
             self._drop()
             with contextlib.suppress(SandboxError):
                 self._sandbox.health()  # the control plane looks, and replaces a broken sandbox
             raise _lost(self._sandbox.id, e) from e
-        return observation(_header(head), blob, started)
+        return observation(header, blob, started)
 
     def _connected(self) -> socket.socket:
         """The lane's connection, opened (with its hello) if there is none or its agent closed it."""
@@ -299,9 +298,9 @@ class Lane:
             sock.connect(host if scheme == "unix" else (host, port))
             sock.sendall(hello_frame(info.ticket))
             head_len, blob_len = _PREFIX.unpack(_read_exactly(sock, _PREFIX.size))
-            answer = _header(_read_exactly(sock, head_len))
+            answer = decode_header(_read_exactly(sock, head_len))
             _read_exactly(sock, blob_len)
-        except (OSError, Unavailable) as e:
+        except (OSError, FrameError) as e:
             sock.close()
             raise _Stale(f"cannot reach the lane at {info.address}: {e}") from e
         if not answer.get("ok"):
@@ -453,13 +452,3 @@ def _no_answer(sandbox_id: str, deadline: float) -> DeadlineExceeded:
 
 def _lost(sandbox_id: str, e: BaseException) -> Unavailable:
     return Unavailable(f"lost the lane to sandbox {sandbox_id} during a step (it may have run): {e!r}")
-
-
-def _header(head: bytes) -> dict[str, Any]:
-    try:
-        header = json.loads(head)
-    except ValueError as e:
-        raise Unavailable(f"the lane's agent sent a header that is not JSON: {e}") from e
-    if not isinstance(header, dict):
-        raise Unavailable("the lane's agent sent a header that is not an object")
-    return header
