@@ -147,8 +147,8 @@ class SandboxServicer:
         return pb.CreateSandboxesResponse(sandboxes=[convert.info_to_proto(i) for i in infos])
 
     def _create_outcome(self, made: SandboxInfo | SandboxError) -> pb.CreateOutcome:
-        if isinstance(made, SandboxError):
-            code, message = self._status(made, "CreateSandboxes")
+        if isinstance(made, SandboxError):  # counted as the CreateSandbox call it stands for
+            code, message = self._status(made, "CreateSandbox")
             return pb.CreateOutcome(error=pb.StepError(code=code.value[0], message=message))
         return pb.CreateOutcome(sandbox=convert.info_to_proto(made))
 
