@@ -105,7 +105,10 @@ async def test_no_docker_socket_no_host_path_no_host_process(make_sandbox: Sandb
     )
     found = set(sockets.stdout.split())
     assert not {s for s in found if "docker" in s or "containerd" in s}, found
-    assert found <= {"/run/sandbox/agent.sock"}, f"unexpected sockets in a terminal sandbox: {found}"
+    # Its own agent's sockets only (the lane socket serves direct lanes' steps, docs/lanes.md).
+    assert found <= {"/run/sandbox/agent.sock", "/run/sandbox/lane.sock"}, (
+        f"unexpected sockets in a terminal sandbox: {found}"
+    )
     anywhere = await sb.agent.exec(f"find / -path /proc -prune -o -name {marker} -print 2>/dev/null", timeout=30)
     assert anywhere.stdout.strip() == "", f"a host file is visible inside: {anywhere.stdout}"
     # Every bind mount (a mount whose source is a host path) is one of the few the sandbox needs.
@@ -142,7 +145,7 @@ async def test_one_sandbox_cannot_reach_another(make_sandbox: SandboxFactory) ->
     # Nor can the other see or signal its processes, or reach its agent's socket.
     seen = await other.agent.exec("ps -eo args= | grep -c listening; ls /run/sandbox")
     assert seen.stdout.split()[0] == "0" or "python3 -c" not in seen.stdout, seen.stdout
-    assert seen.stdout.split()[1:] == ["agent.sock"], seen.stdout
+    assert seen.stdout.split()[1:] == ["agent.sock", "lane.sock"], seen.stdout  # its own agent's, not the victim's
     listener = await victim.agent.exec("ps -eo pid=,args= | awk '/import socket/ && !/awk/ {print $1}'")
     pid = listener.stdout.split()[0]
     killed = await other.agent.exec(f"kill -0 {pid} 2>&1 || echo no-such-process")
