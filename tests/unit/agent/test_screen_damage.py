@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import os
 import random
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from Xlib import display as xdisplay
 from sandbox.agent.display.frames import BAND_ROWS
 from sandbox.agent.display.service import Display
 from sandbox.models.images import decode
+from tests.unit.xvfb import running_xvfb
 
 WIDTH, HEIGHT = 640, 480
 BANDS = -(-HEIGHT // BAND_ROWS)
@@ -34,22 +34,8 @@ BANDS = -(-HEIGHT // BAND_ROWS)
 
 @pytest.fixture
 def xvfb() -> Iterator[str]:
-    read, write = os.pipe()
-    server = subprocess.Popen(
-        ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{WIDTH}x{HEIGHT}x24", "-nolisten", "tcp"],
-        pass_fds=(write,),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    os.close(write)
-    try:
-        with os.fdopen(read) as announced:
-            number = announced.readline().strip()
-        assert number.isdigit(), f"Xvfb did not start (exit code {server.poll()})"
-        yield f":{number}"
-    finally:
-        server.terminate()
-        server.wait(10)
+    with running_xvfb(WIDTH, HEIGHT) as name:
+        yield name
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ panel counts as drawn, and that its 20 ms poll asks the X server for the ``WM_ST
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +13,8 @@ import pytest
 from Xlib import X
 from Xlib import display as xdisplay
 from Xlib.protocol import request
+
+from tests.unit.xvfb import running_xvfb
 
 LOOK = Path(__file__).resolve().parents[3] / "images/desktop/rootfs/opt/sandbox/desktop/look.py"
 
@@ -30,26 +30,12 @@ def look() -> ModuleType:
 
 @pytest.fixture
 def x() -> Iterator[xdisplay.Display]:
-    read, write = os.pipe()
-    server = subprocess.Popen(
-        ["Xvfb", "-displayfd", str(write), "-screen", "0", "320x240x24", "-nolisten", "tcp"],
-        pass_fds=(write,),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    os.close(write)
-    try:
-        with os.fdopen(read) as announced:
-            number = announced.readline().strip()
-        assert number.isdigit(), f"Xvfb did not start (exit code {server.poll()})"
-        d = xdisplay.Display(f":{number}")
+    with running_xvfb(320, 240) as name:
+        d = xdisplay.Display(name)
         try:
             yield d
         finally:
             d.close()
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def panel(d: xdisplay.Display, *, colours: int) -> Any:
