@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import struct
 from typing import Any
 
@@ -102,6 +103,28 @@ async def read_frame(
     head = await reader.readexactly(head_len)
     blob = await reader.readexactly(blob_len) if blob_len else b""
     return decode_header(head), blob
+
+
+def recv_frame(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
+    """``read_frame`` on a blocking socket (its timeout applies to each read); ``ConnectionError`` when the peer
+    closed it midway, ``FrameError`` for a malformed or oversized frame."""
+    head_len, blob_len = _PREFIX.unpack(_recv_exactly(sock, _PREFIX.size))
+    if head_len > MAX_HEADER_BYTES or blob_len > MAX_BLOB_BYTES:
+        raise FrameError(f"a frame of {head_len} + {blob_len} bytes exceeds the limits")
+    header = decode_header(_recv_exactly(sock, head_len))
+    return header, _recv_exactly(sock, blob_len) if blob_len else b""
+
+
+def _recv_exactly(sock: socket.socket, count: int) -> bytes:
+    buffer = bytearray(count)
+    view = memoryview(buffer)
+    got = 0
+    while got < count:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("the peer closed the connection")
+        got += n
+    return bytes(buffer)
 
 
 def decode_header(head: bytes) -> dict[str, Any]:

@@ -122,21 +122,14 @@ class Lanes:
 
     def admits(self, ticket: object) -> bool:
         """Whether ``ticket`` opens a lane now (compared by digest in constant time)."""
-        return self._grant_of(ticket) is not None
-
-    def _grant_of(self, ticket: object) -> tuple[bytes, Grant] | None:
         if not isinstance(ticket, str) or not ticket:
-            return None
-        digest = hashlib.sha256(ticket.encode("utf-8", errors="surrogatepass")).digest()
-        now = time.monotonic()
-        for key, grant in self._grants.items():
-            if hmac.compare_digest(key, digest) and grant.expires_at > now:
-                return key, grant
-        return None
+            return False
+        digest, now = _digest(ticket), time.monotonic()
+        return any(hmac.compare_digest(key, digest) and g.expires_at > now for key, g in self._grants.items())
 
     def stepper(self, ticket: str) -> Handler:
         """The ``lane_step`` handler of a connection that presented ``ticket``."""
-        digest = hashlib.sha256(ticket.encode("utf-8", errors="surrogatepass")).digest()
+        digest = _digest(ticket)
 
         async def step(args: dict[str, Any], blob: bytes) -> tuple[dict[str, Any], bytes]:
             grant = self._grants.get(digest)
@@ -198,6 +191,10 @@ class Lanes:
         self._ledger_bytes += size
         while len(self._ledger) > LEDGER_STEPS or (self._ledger_bytes > LEDGER_BYTES and len(self._ledger) > 1):
             self._ledger_bytes -= self._ledger.popleft()[1]
+
+
+def _digest(ticket: str) -> bytes:
+    return hashlib.sha256(ticket.encode("utf-8", errors="surrogatepass")).digest()
 
 
 def _summary(ran: dict[str, Any], data: bytes, split: int) -> dict[str, Any]:

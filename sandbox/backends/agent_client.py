@@ -254,16 +254,7 @@ class AgentClient:
             args["keep_background"] = True
         result, out = await self.request("exec", args, stdin, deadline=timeout + 10)
         split = int(result["stdout_bytes"])
-        return ExecResult(
-            exit_code=result["exit_code"],
-            stdout=out[:split].decode("utf-8", errors="replace"),
-            stderr=out[split:].decode("utf-8", errors="replace"),
-            timed_out=result["timed_out"],
-            stdout_truncated=result["stdout_truncated"],
-            stderr_truncated=result["stderr_truncated"],
-            duration_ms=result["duration_ms"],
-            session_restarted=result.get("session_restarted", False),
-        )
+        return ExecResult.from_agent(result, out[:split], out[split:])
 
     async def screenshot(self, *, format: str = "png", quality: int = 80) -> Screenshot:
         if format not in ("png", "jpeg", "zstd"):

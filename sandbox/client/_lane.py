@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import select
 import socket
-import struct
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -32,7 +31,7 @@ from typing import Any, Protocol
 from sandbox import models
 from sandbox.errors import DeadlineExceeded, FailedPrecondition, SandboxError, Unavailable
 from sandbox.models import Action, ExecResult, Health, LaneInfo, Observation, SandboxInfo, SandboxKind, Screenshot
-from sandbox.protocol import HELLO_OP, LANE_STEP_OP, ErrorCode, FrameError, decode_header, encode_frame, read_frame
+from sandbox.protocol import HELLO_OP, LANE_STEP_OP, ErrorCode, FrameError, encode_frame, read_frame, recv_frame
 from sandbox.wire import convert
 from sandbox.wire.limits import agent_deadline
 from sandbox.wire.status import from_agent
@@ -79,7 +78,6 @@ RENEW_BEFORE_S = 30.0
 """A lane this close to its expiry is opened again before the next step."""
 CONNECT_TIMEOUT_S = 3.0
 ACT_DEADLINE_S = 70.0
-_PREFIX = struct.Struct(">II")
 
 
 class _Stale(Exception):
@@ -136,16 +134,7 @@ def observation(header: dict[str, Any], blob: bytes, started: float) -> Observat
     ran = result.get("exec")
     if ran is not None:
         split = int(ran["stdout_bytes"])
-        obs["exec"] = ExecResult(
-            exit_code=ran["exit_code"],
-            stdout=blob[:split].decode("utf-8", errors="replace"),
-            stderr=blob[split:end].decode("utf-8", errors="replace"),
-            timed_out=ran["timed_out"],
-            stdout_truncated=ran["stdout_truncated"],
-            stderr_truncated=ran["stderr_truncated"],
-            duration_ms=ran["duration_ms"],
-            session_restarted=ran.get("session_restarted", False),
-        )
+        obs["exec"] = ExecResult.from_agent(ran, blob[:split], blob[split:end])
     if "cursor" in result:
         obs["cursor"] = tuple(result["cursor"])
     timings = {"action": float(result.get("action_ms", 0.0))}
@@ -185,18 +174,6 @@ class _Policy:
 
 def _screenshot_args(screenshot: bool, format: str = "png", quality: int = 80) -> dict[str, Any] | None:
     return {"format": format, "quality": quality} if screenshot else None
-
-
-def _read_exactly(sock: socket.socket, count: int) -> bytes:
-    buffer = bytearray(count)
-    view = memoryview(buffer)
-    got = 0
-    while got < count:
-        n = sock.recv_into(view[got:])
-        if n == 0:
-            raise ConnectionError("the agent closed the lane")
-        got += n
-    return bytes(buffer)
 
 
 def _stale_socket(sock: socket.socket) -> bool:
@@ -267,9 +244,7 @@ class Lane:
         try:
             sock.settimeout(deadline)
             sock.sendall(frame)
-            head_len, blob_len = _PREFIX.unpack(_read_exactly(sock, _PREFIX.size))
-            header = decode_header(_read_exactly(sock, head_len))
-            blob = _read_exactly(sock, blob_len) if blob_len else b""
+            header, blob = recv_frame(sock)
         except TimeoutError as e:
             self._drop()
             raise _no_answer(self._sandbox.id, deadline) from e
@@ -297,9 +272,7 @@ class Lane:
             sock.settimeout(CONNECT_TIMEOUT_S)
             sock.connect(host if scheme == "unix" else (host, port))
             sock.sendall(hello_frame(info.ticket))
-            head_len, blob_len = _PREFIX.unpack(_read_exactly(sock, _PREFIX.size))
-            answer = decode_header(_read_exactly(sock, head_len))
-            _read_exactly(sock, blob_len)
+            answer, _ = recv_frame(sock)
         except (OSError, FrameError) as e:
             sock.close()
             raise _Stale(f"cannot reach the lane at {info.address}: {e}") from e
@@ -421,9 +394,7 @@ class AsyncLane:
             raise _Stale(f"cannot reach the lane at {info.address}: {e!r}") from e
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                writer.write(
-                    encode_frame({"op": HELLO_OP, "args": {"lane": info.ticket}, "deadline": CONNECT_TIMEOUT_S})
-                )
+                writer.write(hello_frame(info.ticket))
                 answer, _ = await read_frame(reader)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as e:
             writer.close()

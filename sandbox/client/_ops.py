@@ -151,8 +151,13 @@ def create_each(count: int, spec: models.SandboxSpec) -> Op[list[models.SandboxI
 
 def _made(outcome: pb.CreateOutcome) -> models.SandboxInfo | SandboxError:
     if outcome.WhichOneof("result") == "error":
-        return from_grpc(grpc_status_of_number(outcome.error.code), outcome.error.message)
+        return _error_of(outcome.error)
     return convert.info_from_proto(outcome.sandbox)
+
+
+def _error_of(error: pb.StepError) -> SandboxError:
+    """The exception an item's error in a batch or stream answer stands for."""
+    return from_grpc(grpc_status_of_number(error.code), error.message)
 
 
 def create(kind: str, spec: Mapping[str, Any], *, wait_s: float = 0.0) -> Op[models.SandboxInfo]:
@@ -272,7 +277,7 @@ def checked_step(
 
 def step_result(reply: pb.StepResponse) -> models.Observation:
     if reply.WhichOneof("result") == "error":
-        raise from_grpc(grpc_status_of_number(reply.error.code), reply.error.message)
+        raise _error_of(reply.error)
     return convert.observation_from_proto(reply.observation)
 
 

@@ -28,6 +28,20 @@ class ExecResult(Model):
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
 
+    @classmethod
+    def from_agent(cls, result: dict[str, Any], stdout: bytes, stderr: bytes) -> ExecResult:
+        """An ``exec`` answer of the in-sandbox agent: its header's ``result`` and the two streams of its blob."""
+        return cls(
+            exit_code=result["exit_code"],
+            stdout=stdout.decode("utf-8", errors="replace"),
+            stderr=stderr.decode("utf-8", errors="replace"),
+            timed_out=result["timed_out"],
+            stdout_truncated=result["stdout_truncated"],
+            stderr_truncated=result["stderr_truncated"],
+            duration_ms=result["duration_ms"],
+            session_restarted=result.get("session_restarted", False),
+        )
+
 
 class Screenshot(Model):
     # In JSON (REST bodies, model_dump_json) the image travels as URL-safe base64 (RFC 4648 section 5).

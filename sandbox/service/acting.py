@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +39,6 @@ from sandbox.service.failures import Failures, reason
 from sandbox.service.pages import act_on_page, step_screenshot
 from sandbox.service.records import SandboxRecord
 
-RECENT_ACTIONS = 50
 MIN_USER_PORT, MAX_PORT = 1024, 65535
 """The ports a preview URL may name (``sandbox.agent.ports`` says the same inside the sandbox)."""
 TOUCH_EVERY_S = 1.0
@@ -79,7 +77,7 @@ class Acting:
         except Unavailable as e:
             raise await self.failures.dead(record, e) from e
         await self.touch(record)
-        self.activity.recent.setdefault(record.id, deque(maxlen=RECENT_ACTIONS)).append((time.time(), shown))
+        self.activity.note_action(record.id, time.time(), shown)
         return Observation(**obs, timings_ms={**timings, "total": ms_since(started)})
 
     async def _perform(self, record: SandboxRecord, agent: AgentClient, action: Action) -> dict[str, Any]:

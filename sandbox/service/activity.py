@@ -13,6 +13,9 @@ from collections import deque
 from sandbox.models import Action
 from sandbox.service.output_tail import OutputTails
 
+RECENT_ACTIONS = 50
+"""The actions kept per sandbox."""
+
 
 class Activity:
     def __init__(self) -> None:
@@ -23,6 +26,10 @@ class Activity:
         """Sandbox id -> when a call last wrote its ``last_active_at``."""
         self.output = OutputTails()
         """The tail of each sandbox's recent command output (the web view's terminal cards)."""
+
+    def note_action(self, sandbox_id: str, at: float, action: Action) -> None:
+        """One action done in the sandbox at ``at`` (through the control plane, or a direct lane's, read later)."""
+        self.recent.setdefault(sandbox_id, deque(maxlen=RECENT_ACTIONS)).append((at, action))
 
     def forget_history(self, sandbox_id: str) -> None:
         """A reset: the actions and the output before it are another sandbox's story."""

@@ -18,7 +18,6 @@ import hashlib
 import logging
 import secrets
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +26,7 @@ from sandbox.errors import FailedPrecondition, InvalidArgument, SandboxError, Un
 from sandbox.models import COMPUTER_ACTIONS, ExecResult, LaneInfo, SandboxKind, SandboxState
 from sandbox.models.android import ANDROID_ACTIONS, ANDROID_REFUSED
 from sandbox.observability.metrics import Metrics
-from sandbox.service.acting import RECENT_ACTIONS, Acting
+from sandbox.service.acting import Acting
 from sandbox.service.activity import Activity
 from sandbox.service.auth import Principal
 from sandbox.service.core import Records, timed
@@ -195,7 +194,6 @@ class Lanes:
     def _merge(self, sandbox_id: str, kind: SandboxKind, steps: list[dict[str, Any]]) -> float | None:
         """Count ``steps`` as the control plane counts its own, and keep what it keeps of them; the last one's time."""
         last_at = None
-        recent = self.activity.recent.setdefault(sandbox_id, deque(maxlen=RECENT_ACTIONS))
         for step in steps:
             ok = "error" not in step
             observed = step.get("action") is None  # a screenshot alone: an observe
@@ -210,7 +208,7 @@ class Lanes:
                 action = parse_action(step["action"])
             except (KeyError, InvalidArgument):
                 continue
-            recent.append((at, action))
+            self.activity.note_action(sandbox_id, at, action)
             ran = step.get("exec")
             if isinstance(ran, dict) and action.type == "exec":
                 result = ExecResult(

@@ -116,10 +116,12 @@ class Leases:
         if wait_s:
             raise InvalidArgument("creates made each on its own queue for capacity one call each: wait_s must be 0")
         made = await asyncio.gather(*(self.create(principal, spec) for _ in range(count)), return_exceptions=True)
+        outcomes: list[SandboxInfo | SandboxError] = []
         for outcome in made:
             if not isinstance(outcome, SandboxInfo | SandboxError):
-                raise outcome
-        return [outcome for outcome in made if isinstance(outcome, SandboxInfo | SandboxError)]
+                raise outcome  # a bug, or a cancellation: not one create's answer
+            outcomes.append(outcome)
+        return outcomes
 
     async def _create_all(
         self, principal: Principal, spec: SandboxSpec, image: str, grant: Grant, count: int

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import struct
 from typing import Any
 
-from sandbox.protocol import encode_frame
-
-_PREFIX = struct.Struct(">II")
+from sandbox.protocol import encode_frame, recv_frame
 
 
 def exchange(path: str, frames: list[dict[str, Any]], *, timeout: float = 10.0) -> list[dict[str, Any]]:
@@ -22,19 +18,8 @@ def exchange(path: str, frames: list[dict[str, Any]], *, timeout: float = 10.0) 
         for frame in frames:
             sock.sendall(encode_frame(frame))
             try:
-                head_len, blob_len = _PREFIX.unpack(_read(sock, _PREFIX.size))
+                header, _ = recv_frame(sock)
             except ConnectionError:
                 break
-            answers.append(json.loads(_read(sock, head_len)))
-            _read(sock, blob_len)
+            answers.append(header)
     return answers
-
-
-def _read(sock: socket.socket, count: int) -> bytes:
-    data = bytearray()
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError("the agent hung up")
-        data += chunk
-    return bytes(data)

@@ -148,8 +148,7 @@ class SandboxServicer:
 
     def _create_outcome(self, made: SandboxInfo | SandboxError) -> pb.CreateOutcome:
         if isinstance(made, SandboxError):  # counted as the CreateSandbox call it stands for
-            code, message = self._status(made, "CreateSandbox")
-            return pb.CreateOutcome(error=pb.StepError(code=code.value[0], message=message))
+            return pb.CreateOutcome(error=self._error(made, "CreateSandbox"))
         return pb.CreateOutcome(sandbox=convert.info_to_proto(made))
 
     @_unary
@@ -245,8 +244,12 @@ class SandboxServicer:
             yield response
 
     def _failed_step(self, error: Exception, method: str) -> pb.StepResponse:
+        return pb.StepResponse(error=self._error(error, method))
+
+    def _error(self, error: Exception, method: str) -> pb.StepError:
+        """One item's error in a batch or stream answer (counted as a failed ``method`` call)."""
         code, message = self._status(error, method)
-        return pb.StepResponse(error=pb.StepError(code=code.value[0], message=message))
+        return pb.StepError(code=code.value[0], message=message)
 
     @_unary
     async def StepMany(self, principal: Principal, request: pb.StepManyRequest) -> pb.StepManyResponse:
